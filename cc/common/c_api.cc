@@ -1,0 +1,59 @@
+// C entry points for Python (ctypes). They live in the same shared library as
+// the TensorFlow kernels, so both see the one Engine of this process.
+#include <cstdint>
+#include <cstring>
+
+#include "common/engine.h"
+#include "common/mpi_context.h"
+
+using tf_ring::Engine;
+
+namespace {
+void CopyMessage(const std::string& msg, char* out, int out_len) {
+  if (!out || out_len <= 0) return;
+  std::strncpy(out, msg.c_str(), out_len - 1);
+  out[out_len - 1] = '\0';
+}
+}  // namespace
+
+extern "C" {
+
+// Returns 0 on success; otherwise writes the reason into `error`.
+int tf_ring_init(const void* mpi_comm, char* error, int error_len) {
+  tf_ring::Status s = Engine::Get().Init(mpi_comm);
+  if (!s.ok()) CopyMessage(s.message(), error, error_len);
+  return s.ok() ? 0 : 1;
+}
+
+void tf_ring_shutdown() { Engine::Get().Shutdown(); }
+
+void tf_ring_finalize_mpi() {
+  Engine::Get().Shutdown();
+  tf_ring::MpiContext::FinalizeIfOwned();
+}
+
+int tf_ring_is_initialized() { return Engine::Get().running() ? 1 : 0; }
+
+// Fills rank, size, local_rank, local_size, cross_rank, cross_size.
+int tf_ring_topology(int* out) {
+  if (!Engine::Get().running()) return 1;
+  tf_ring::Topology t = Engine::Get().topology();
+  int values[6] = {t.rank, t.size, t.local_rank, t.local_size, t.cross_rank, t.cross_size};
+  std::memcpy(out, values, sizeof(values));
+  return 0;
+}
+
+// Counter order: cycles, negotiations, cache_hits, cache_misses,
+// fused_batches, tensors, bytes.
+int tf_ring_stats(int64_t* out, int n) {
+  const tf_ring::EngineStats& s = Engine::Get().stats();
+  int64_t values[7] = {s.cycles, s.negotiations, s.cache_hits, s.cache_misses,
+                       s.fused_batches, s.tensors, s.bytes};
+  int count = n < 7 ? n : 7;
+  std::memcpy(out, values, sizeof(int64_t) * count);
+  return count;
+}
+
+void tf_ring_reset_stats() { Engine::Get().ResetStats(); }
+
+}  // extern "C"

@@ -1,0 +1,39 @@
+// Broadcast from the root into every rank's output; a fused batch is packed
+// on the root and unpacked everywhere.
+#include <cstring>
+
+#include "common/collectives/collectives.h"
+
+namespace tf_ring {
+
+Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
+                    std::vector<TensorEntry>& entries) {
+  const bool is_root = ctx.mpi->rank() == resp.root_rank;
+  int rc;
+  if (entries.size() == 1) {
+    TensorEntry& e = entries[0];
+    if (is_root && e.input != e.output && e.NumBytes() > 0) std::memcpy(e.output, e.input, e.NumBytes());
+    rc = MpiBcastLarge(e.output, e.NumBytes(), resp.root_rank, ctx.mpi->comm());
+  } else {
+    int64_t total = 0;
+    for (auto& e : entries) total += e.NumBytes();
+    char* buf = ctx.scratch->Get(total);
+    if (is_root) {
+      int64_t offset = 0;
+      for (auto& e : entries) {
+        std::memcpy(buf + offset, e.input, e.NumBytes());
+        offset += e.NumBytes();
+      }
+    }
+    rc = MpiBcastLarge(buf, total, resp.root_rank, ctx.mpi->comm());
+    int64_t offset = 0;
+    for (auto& e : entries) {
+      std::memcpy(e.output, buf + offset, e.NumBytes());
+      offset += e.NumBytes();
+    }
+  }
+  if (rc != MPI_SUCCESS) return Status::Unknown("MPI_Bcast failed with code " + std::to_string(rc));
+  return Status::OK();
+}
+
+}  // namespace tf_ring

@@ -1,0 +1,235 @@
+#include "common/coordinator.h"
+
+#include <map>
+#include <sstream>
+
+namespace tf_ring {
+
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  os << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  return os.str();
+}
+
+// "X on ranks 0, 2; Y on rank 1", grouping ranks by value in first-seen order.
+std::string Disagreement(const std::vector<std::string>& value_by_rank) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (size_t r = 0; r < value_by_rank.size(); ++r) {
+    auto& ranks = ranks_of[value_by_rank[r]];
+    if (ranks.empty()) order.push_back(value_by_rank[r]);
+    ranks.push_back(static_cast<int>(r));
+  }
+  std::ostringstream os;
+  for (size_t i = 0; i < order.size(); ++i) {
+    os << (i ? "; " : "") << order[i] << " on " << RankList(ranks_of[order[i]]);
+  }
+  return os.str();
+}
+
+// Returns an empty string when every rank has the same value, else the
+// error text for `what`.
+template <typename F>
+std::string CheckSame(const std::vector<Request>& by_rank, const char* what, F value_of) {
+  std::vector<std::string> values;
+  values.reserve(by_rank.size());
+  for (const auto& r : by_rank) values.push_back(value_of(r));
+  for (const auto& v : values) {
+    if (v != values[0]) return std::string(what) + " differs: " + Disagreement(values);
+  }
+  return std::string();
+}
+
+std::string Fmt(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+std::string Validate(const std::vector<Request>& by_rank, int size) {
+  std::string err = CheckSame(by_rank, "the operation",
+                              [](const Request& r) { return std::string(OpTypeName(r.op)); });
+  if (!err.empty()) return err;
+  err = CheckSame(by_rank, "the dtype",
+                  [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
+  if (!err.empty()) return err;
+
+  const Request& first = by_rank[0];
+  switch (first.op) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter:
+      err = CheckSame(by_rank, "the shape", [](const Request& r) { return ShapeString(r.shape); });
+      if (err.empty())
+        err = CheckSame(by_rank, "the reduce op",
+                        [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
+      if (err.empty())
+        err = CheckSame(by_rank, "the prescale factor",
+                        [](const Request& r) { return Fmt(r.prescale); });
+      if (err.empty())
+        err = CheckSame(by_rank, "the postscale factor",
+                        [](const Request& r) { return Fmt(r.postscale); });
+      if (err.empty() && first.op == OpType::kReducescatter && first.shape.empty())
+        err = "reducescatter needs a tensor of rank 1 or more, got a scalar";
+      if (err.empty() && !IsReducible(first.dtype))
+        err = std::string("reductions are not defined on dtype ") + DataTypeName(first.dtype);
+      return err;
+    case OpType::kAllgather:
+    case OpType::kAlltoall: {
+      err = CheckSame(by_rank, "the number of dimensions",
+                      [](const Request& r) { return std::to_string(r.shape.size()); });
+      if (!err.empty()) return err;
+      if (first.shape.empty())
+        return std::string(OpTypeName(first.op)) + " needs a tensor of rank 1 or more, got a scalar";
+      err = CheckSame(by_rank, "the shape after the first dimension", [](const Request& r) {
+        return ShapeString(std::vector<int64_t>(r.shape.begin() + 1, r.shape.end()));
+      });
+      if (!err.empty() || first.op == OpType::kAllgather) return err;
+      for (const auto& r : by_rank) {
+        if (static_cast<int>(r.splits.size()) != size)
+          return "splits on rank " + std::to_string(r.rank) + " have " +
+                 std::to_string(r.splits.size()) + " entries, expected one per rank (" +
+                 std::to_string(size) + ")";
+        int64_t total = 0;
+        for (int64_t s : r.splits) {
+          if (s < 0) return "splits on rank " + std::to_string(r.rank) + " contain a negative entry " +
+                            ShapeString(r.splits);
+          total += s;
+        }
+        if (total != r.shape[0])
+          return "splits on rank " + std::to_string(r.rank) + " " + ShapeString(r.splits) +
+                 " sum to " + std::to_string(total) + " but the first dimension is " +
+                 std::to_string(r.shape[0]);
+      }
+      return err;
+    }
+    case OpType::kBroadcast:
+      err = CheckSame(by_rank, "the root rank",
+                      [](const Request& r) { return std::to_string(r.root_rank); });
+      if (!err.empty()) return err;
+      if (first.root_rank < 0 || first.root_rank >= size)
+        return "root rank " + std::to_string(first.root_rank) + " is out of range for " +
+               std::to_string(size) + " ranks (valid: 0 to " + std::to_string(size - 1) + ")";
+      return CheckSame(by_rank, "the shape", [](const Request& r) { return ShapeString(r.shape); });
+    case OpType::kJoin:
+    case OpType::kBarrier:
+      return std::string();
+  }
+  return std::string();
+}
+
+}  // namespace
+
+Response BuildResponse(const std::vector<Request>& by_rank, int size) {
+  const Request& first = by_rank[0];
+  Response resp;
+  resp.op = first.op;
+  resp.reduce_op = first.reduce_op;
+  resp.dtype = first.dtype;
+  resp.names.push_back(first.name);
+  resp.root_rank = first.root_rank;
+  resp.prescale = first.prescale;
+  resp.postscale = first.postscale;
+
+  std::string err = Validate(by_rank, size);
+  if (!err.empty()) {
+    resp.error = std::string(OpTypeName(first.op)) + " of tensor '" + first.name +
+                 "' does not match across ranks: " + err +
+                 ". Every rank must submit the same kind of request for a tensor name "
+                 "(or give different tensors different names).";
+    return resp;
+  }
+  if (first.op == OpType::kAllgather) {
+    for (const auto& r : by_rank) resp.sizes.push_back(r.shape[0]);
+  } else if (first.op == OpType::kAlltoall) {
+    for (const auto& r : by_rank) resp.sizes.insert(resp.sizes.end(), r.splits.begin(), r.splits.end());
+  }
+  return resp;
+}
+
+void Coordinator::Add(const Request& request, Clock::time_point now) {
+  auto it = table_.find(request.name);
+  if (it == table_.end()) {
+    Pending p;
+    p.by_rank.resize(size_);
+    p.present.assign(size_, false);
+    p.first_seen = now;
+    it = table_.emplace(request.name, std::move(p)).first;
+  }
+  Pending& p = it->second;
+  int r = request.rank;
+  if (r < 0 || r >= size_) return;
+  if (p.present[r]) {
+    p.duplicate_error = std::string(OpTypeName(request.op)) + " of tensor '" + request.name +
+                        "': rank " + std::to_string(r) +
+                        " submitted this name again before the first request finished. "
+                        "Give concurrent tensors different names.";
+    return;
+  }
+  p.by_rank[r] = request;
+  p.present[r] = true;
+  if (++p.count == size_) ready_order_.push_back(request.name);
+}
+
+std::vector<Response> Coordinator::TakeReady() {
+  std::vector<Response> out;
+  out.reserve(ready_order_.size());
+  for (const auto& name : ready_order_) {
+    auto it = table_.find(name);
+    Response resp = BuildResponse(it->second.by_rank, size_);
+    if (!it->second.duplicate_error.empty()) resp.error = it->second.duplicate_error;
+    out.push_back(std::move(resp));
+    table_.erase(it);
+  }
+  ready_order_.clear();
+  return out;
+}
+
+std::vector<StalledTensor> Coordinator::Stalled(std::chrono::duration<double> after,
+                                                Clock::time_point now) const {
+  std::vector<StalledTensor> out;
+  for (const auto& kv : table_) {
+    const Pending& p = kv.second;
+    if (p.count == size_ || now - p.first_seen < after) continue;
+    StalledTensor s;
+    s.name = kv.first;
+    s.waited_seconds = std::chrono::duration<double>(now - p.first_seen).count();
+    for (int r = 0; r < size_; ++r) (p.present[r] ? s.ready_ranks : s.missing_ranks).push_back(r);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<Response> Coordinator::FailPending(const std::vector<std::string>& names,
+                                               const std::string& reason) {
+  std::vector<Response> out;
+  for (const auto& name : names) {
+    auto it = table_.find(name);
+    if (it == table_.end()) continue;
+    Response resp;
+    for (int r = 0; r < size_; ++r) {
+      if (it->second.present[r]) {
+        resp.op = it->second.by_rank[r].op;
+        resp.dtype = it->second.by_rank[r].dtype;
+        break;
+      }
+    }
+    resp.names.push_back(name);
+    resp.error = reason;
+    out.push_back(std::move(resp));
+    table_.erase(it);
+  }
+  return out;
+}
+
+}  // namespace tf_ring

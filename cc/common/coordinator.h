@@ -1,0 +1,67 @@
+// Rank 0's bookkeeping: which ranks asked for which tensor, and, once all
+// have, the checked response. Pure logic, no MPI, so it is unit tested alone.
+#ifndef TF_RING_COMMON_COORDINATOR_H_
+#define TF_RING_COMMON_COORDINATOR_H_
+
+#include <chrono>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/message.h"
+
+namespace tf_ring {
+
+struct StalledTensor {
+  std::string name;
+  std::vector<int> ready_ranks;
+  std::vector<int> missing_ranks;
+  double waited_seconds = 0;
+};
+
+class Coordinator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit Coordinator(int size) : size_(size) {}
+
+  // Records one request. A rank that asks twice for a name still pending
+  // turns that name into an error response.
+  void Add(const Request& request, Clock::time_point now = Clock::now());
+
+  // Responses for every name all ranks have asked for, in the order the
+  // names became ready; each one is checked for agreement across ranks.
+  std::vector<Response> TakeReady();
+
+  // Names some but not all ranks have asked for, pending longer than `after`.
+  std::vector<StalledTensor> Stalled(std::chrono::duration<double> after,
+                                     Clock::time_point now = Clock::now()) const;
+
+  // Drops pending names and fails them with `reason` (used when a stall
+  // becomes an error). Returns one error response per dropped name.
+  std::vector<Response> FailPending(const std::vector<std::string>& names,
+                                    const std::string& reason);
+
+  bool empty() const { return table_.empty(); }
+
+ private:
+  struct Pending {
+    std::vector<Request> by_rank;  // slot r holds rank r's request
+    std::vector<bool> present;
+    int count = 0;
+    Clock::time_point first_seen;
+    std::string duplicate_error;
+  };
+
+  int size_;
+  std::unordered_map<std::string, Pending> table_;
+  std::vector<std::string> ready_order_;
+};
+
+// Checks that all ranks' requests for one name agree and builds the response
+// (or an error response naming what differs on which ranks).
+Response BuildResponse(const std::vector<Request>& by_rank, int size);
+
+}  // namespace tf_ring
+
+#endif  // TF_RING_COMMON_COORDINATOR_H_

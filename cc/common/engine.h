@@ -1,0 +1,71 @@
+// The process-wide engine: owns MPI, the background thread and the queue.
+// Framework adapters call Enqueue from any thread; everything else happens
+// on the background thread, one negotiation cycle at a time.
+#ifndef TF_RING_COMMON_ENGINE_H_
+#define TF_RING_COMMON_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/message.h"
+#include "common/status.h"
+#include "common/tensor_entry.h"
+
+namespace tf_ring {
+
+struct EngineStats {
+  std::atomic<int64_t> cycles{0};
+  std::atomic<int64_t> negotiations{0};
+  std::atomic<int64_t> cache_hits{0};
+  std::atomic<int64_t> cache_misses{0};
+  std::atomic<int64_t> fused_batches{0};
+  std::atomic<int64_t> tensors{0};
+  std::atomic<int64_t> bytes{0};
+};
+
+struct Topology {
+  int rank = -1, size = -1;
+  int local_rank = -1, local_size = -1;
+  int cross_rank = -1, cross_size = -1;
+};
+
+class Engine {
+ public:
+  static Engine& Get();
+
+  // `mpi_comm` points at an MPI_Comm to duplicate, or is null for COMM_WORLD.
+  // A second call while running is a no-op.
+  Status Init(const void* mpi_comm);
+  // Stops every rank's engine after the current cycle; pending ops fail.
+  void Shutdown();
+  bool running() const { return running_.load(); }
+  // Fails with a clear message when not running or when the name is in flight.
+  Status Enqueue(TensorEntry entry, Request request);
+
+  Topology topology() const { return topology_; }
+  const EngineStats& stats() const { return stats_; }
+  void ResetStats();
+
+ private:
+  Engine() = default;
+  struct Impl;
+  void Loop();
+
+  std::mutex lifecycle_mu_;  // serializes Init/Shutdown
+  std::mutex accept_mu_;     // makes "accepting" and "enqueued" one step
+  bool accepting_ = false;
+  bool was_shut_down_ = false;  // picks the right error text in Enqueue
+  std::atomic<bool> running_{false};
+  std::atomic<bool> shutdown_requested_{false};
+  std::thread thread_;
+  std::unique_ptr<Impl> impl_;
+  Topology topology_;
+  EngineStats stats_;
+};
+
+}  // namespace tf_ring
+
+#endif  // TF_RING_COMMON_ENGINE_H_

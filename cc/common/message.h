@@ -1,0 +1,83 @@
+// Negotiation messages. Every rank sends a RequestList to the coordinator each
+// cycle; the coordinator answers every rank with the same ResponseList, whose
+// order is the order in which all ranks run the collectives.
+#ifndef TF_RING_COMMON_MESSAGE_H_
+#define TF_RING_COMMON_MESSAGE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace tf_ring {
+
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kJoin = 5,
+  kBarrier = 6,
+};
+
+enum class ReduceOp : uint8_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4 };
+
+const char* OpTypeName(OpType op);
+const char* ReduceOpName(ReduceOp op);
+
+// One rank's wish to run one collective on one named tensor.
+struct Request {
+  int32_t rank = 0;
+  OpType op = OpType::kAllreduce;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  DataType dtype = DataType::kFloat32;
+  std::string name;
+  std::vector<int64_t> shape;
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+
+  int64_t NumElements() const;
+};
+
+struct RequestList {
+  std::vector<Request> requests;
+  bool shutdown = false;  // this rank asks every rank to stop
+
+  std::vector<char> Serialize() const;
+  // Returns false on a malformed buffer.
+  static bool Parse(const char* data, size_t size, RequestList* out);
+};
+
+// What every rank runs next. A response may cover several tensors (fusion);
+// a non-empty error fails all of them on every rank.
+struct Response {
+  OpType op = OpType::kAllreduce;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  DataType dtype = DataType::kFloat32;
+  std::vector<std::string> names;
+  std::string error;
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  // Allgather: first dimension of every tensor on every rank,
+  // laid out [tensor][rank]. Alltoall: rows rank i sends to rank j, [i][j].
+  std::vector<int64_t> sizes;
+
+  bool is_error() const { return !error.empty(); }
+};
+
+struct ResponseList {
+  std::vector<Response> responses;
+  bool shutdown = false;
+
+  std::vector<char> Serialize() const;
+  static bool Parse(const char* data, size_t size, ResponseList* out);
+};
+
+}  // namespace tf_ring
+
+#endif  // TF_RING_COMMON_MESSAGE_H_

@@ -1,0 +1,79 @@
+#include "common/mpi_context.h"
+
+#include <chrono>
+#include <thread>
+
+namespace tf_ring {
+
+namespace {
+bool g_we_initialized_mpi = false;
+}
+
+Status MpiContext::Init(const MPI_Comm* user_comm) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    return Status::Precondition(
+        "MPI has already been finalized in this process; tf_ring cannot start again. "
+        "Call tf_ring.init() before MPI is finalized (for example by mpi4py at exit).");
+  }
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      return Status::Unknown("MPI_Init_thread failed");
+    }
+    g_we_initialized_mpi = true;
+  }
+  MPI_Query_thread(&thread_level_);
+
+  MPI_Comm base = user_comm ? *user_comm : MPI_COMM_WORLD;
+  if (MPI_Comm_dup(base, &comm_) != MPI_SUCCESS) return Status::Unknown("MPI_Comm_dup failed");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+
+  MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_);
+  MPI_Comm_rank(local_comm_, &local_rank_);
+  MPI_Comm_size(local_comm_, &local_size_);
+  // Ranks with the same local rank on different nodes form one cross communicator.
+  MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_);
+  MPI_Comm_rank(cross_comm_, &cross_rank_);
+  MPI_Comm_size(cross_comm_, &cross_size_);
+  return Status::OK();
+}
+
+void MpiContext::Release() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm* c : {&cross_comm_, &local_comm_, &comm_}) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+}
+
+void MpiContext::FinalizeIfOwned() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_we_initialized_mpi && !finalized) MPI_Finalize();
+  g_we_initialized_mpi = false;
+}
+
+void MpiContext::Wait(MPI_Request* request) {
+  using Clock = std::chrono::steady_clock;
+  int done = 0;
+  const auto spin_until = Clock::now() + std::chrono::microseconds(50);
+  while (Clock::now() < spin_until) {
+    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+  }
+  auto nap = std::chrono::microseconds(5);
+  const auto max_nap = std::chrono::microseconds(200);
+  for (;;) {
+    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(nap);
+    if (nap < max_nap) nap *= 2;
+  }
+}
+
+}  // namespace tf_ring

@@ -1,0 +1,44 @@
+#include "common/operation_manager.h"
+
+namespace tf_ring {
+
+int64_t OperationManager::Execute(const Response& resp, TensorQueue* queue) {
+  std::vector<TensorEntry> entries;
+  entries.reserve(resp.names.size());
+  for (const auto& name : resp.names) {
+    TensorEntry e;
+    if (queue->TakeEntry(name, &e)) entries.push_back(std::move(e));
+  }
+
+  Status status;
+  if (resp.is_error()) {
+    status = Status::InvalidArgument(resp.error);
+  } else if (entries.size() != resp.names.size()) {
+    // Cannot happen unless ranks disagree on state; failing beats corrupting.
+    status = Status::Unknown("internal error: response for '" + resp.names[0] +
+                             "' names a tensor this rank does not hold");
+  } else {
+    status = Run(resp, entries);
+  }
+
+  int64_t bytes = 0;
+  for (auto& e : entries) {
+    bytes += e.NumBytes();
+    e.done(status);
+  }
+  return bytes;
+}
+
+Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& entries) {
+  CollectiveContext ctx{mpi_, &scratch_};
+  switch (resp.op) {
+    case OpType::kAllreduce: return RunAllreduce(ctx, resp, entries);
+    case OpType::kAllgather: return RunAllgather(ctx, resp, entries);
+    case OpType::kBroadcast: return RunBroadcast(ctx, resp, entries);
+    default:
+      return Status::InvalidArgument(std::string(OpTypeName(resp.op)) +
+                                     " is not supported by this build");
+  }
+}
+
+}  // namespace tf_ring

@@ -1,0 +1,29 @@
+// Runs one agreed response: collects the local entries it names, picks the
+// implementation for its op, and completes every entry with the result.
+#ifndef TF_RING_COMMON_OPERATION_MANAGER_H_
+#define TF_RING_COMMON_OPERATION_MANAGER_H_
+
+#include "common/collectives/collectives.h"
+#include "common/message.h"
+#include "common/mpi_context.h"
+#include "common/tensor_queue.h"
+
+namespace tf_ring {
+
+class OperationManager {
+ public:
+  explicit OperationManager(const MpiContext* mpi) : mpi_(mpi) {}
+
+  // Returns the number of bytes of local tensor data the response moved.
+  int64_t Execute(const Response& resp, TensorQueue* queue);
+
+ private:
+  Status Run(const Response& resp, std::vector<TensorEntry>& entries);
+
+  const MpiContext* mpi_;
+  ScratchBuffer scratch_;
+};
+
+}  // namespace tf_ring
+
+#endif  // TF_RING_COMMON_OPERATION_MANAGER_H_

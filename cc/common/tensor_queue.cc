@@ -1,0 +1,83 @@
+#include "common/tensor_queue.h"
+
+#include <algorithm>
+
+namespace tf_ring {
+
+Status TensorQueue::Add(TensorEntry entry, Request request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (entries_.count(entry.name)) {
+      return Status::InvalidArgument(
+          std::string(OpTypeName(entry.op)) + " of tensor '" + entry.name +
+          "': a collective with this name is already in flight on this rank. "
+          "Give concurrent collectives distinct names (the name= argument).");
+    }
+    std::string name = entry.name;
+    entries_.emplace(std::move(name), std::move(entry));
+    requests_.push_back(std::move(request));
+  }
+  cv_.notify_one();
+  return Status::OK();
+}
+
+void TensorQueue::WaitForWork(std::chrono::microseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return !requests_.empty() || woken_; });
+  woken_ = false;
+}
+
+void TensorQueue::WaitForBurstEnd(std::chrono::microseconds window) {
+  if (window.count() <= 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + window;
+  std::unique_lock<std::mutex> lock(mu_);
+  size_t seen = requests_.size();
+  // Each arrival earns one more quiet slice; stop at the first quiet one.
+  const auto slice = std::max(std::chrono::microseconds(20), window / 10);
+  while (!woken_ && std::chrono::steady_clock::now() < deadline) {
+    cv_.wait_for(lock, slice, [&] { return requests_.size() != seen || woken_; });
+    if (requests_.size() == seen) break;
+    seen = requests_.size();
+  }
+}
+
+void TensorQueue::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_one();
+}
+
+std::vector<Request> TensorQueue::TakeRequests() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Request> out(std::make_move_iterator(requests_.begin()),
+                           std::make_move_iterator(requests_.end()));
+  requests_.clear();
+  return out;
+}
+
+bool TensorQueue::TakeEntry(const std::string& name, TensorEntry* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return false;
+  *out = std::move(it->second);
+  entries_.erase(it);
+  return true;
+}
+
+std::vector<TensorEntry> TensorQueue::TakeAllEntries() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TensorEntry> out;
+  for (auto& kv : entries_) out.push_back(std::move(kv.second));
+  entries_.clear();
+  requests_.clear();
+  return out;
+}
+
+size_t TensorQueue::entries_in_flight() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace tf_ring

@@ -1,0 +1,48 @@
+// Hand-off between framework threads (which enqueue) and the engine thread
+// (which takes requests each cycle and entries when their response runs).
+#ifndef TF_RING_COMMON_TENSOR_QUEUE_H_
+#define TF_RING_COMMON_TENSOR_QUEUE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/message.h"
+#include "common/tensor_entry.h"
+
+namespace tf_ring {
+
+class TensorQueue {
+ public:
+  // Fails (and keeps nothing) when the name is already in flight on this rank.
+  Status Add(TensorEntry entry, Request request);
+
+  // Blocks until a request is queued, Wake() is called, or `timeout` passes.
+  void WaitForWork(std::chrono::microseconds timeout);
+  // Keeps waiting while requests keep arriving, up to `window` in all, so a
+  // burst of enqueues lands in one cycle.
+  void WaitForBurstEnd(std::chrono::microseconds window);
+  void Wake();
+
+  std::vector<Request> TakeRequests();
+  // Moves the entry for `name` out; false if this rank has none.
+  bool TakeEntry(const std::string& name, TensorEntry* out);
+  // Everything still held, for failing at shutdown.
+  std::vector<TensorEntry> TakeAllEntries();
+  size_t entries_in_flight();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<std::string, TensorEntry> entries_;
+  std::deque<Request> requests_;
+  bool woken_ = false;
+};
+
+}  // namespace tf_ring
+
+#endif  // TF_RING_COMMON_TENSOR_QUEUE_H_

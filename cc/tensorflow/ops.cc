@@ -1,0 +1,56 @@
+// Graph-level definitions of the tf_ring ops: attributes, dtypes and shapes.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tf_ring {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+// Output shape: same rank as the input, first dimension unknown.
+absl::Status FirstDimUnknown(InferenceContext* c) {
+  ShapeHandle in = c->input(0);
+  if (!c->RankKnown(in)) {
+    c->set_output(0, c->UnknownShape());
+    return absl::OkStatus();
+  }
+  ShapeHandle rest;
+  TF_RETURN_IF_ERROR(c->Subshape(in, 1, &rest));
+  ShapeHandle out;
+  TF_RETURN_IF_ERROR(c->Concatenate(c->Vector(c->UnknownDim()), rest, &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+}  // namespace
+
+REGISTER_OP("TfRingAllreduce")
+    .Attr("T: {float16, bfloat16, float32, float64, int32, int64}")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Output("reduced: T")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc("Reduces `tensor` across all ranks (tf_ring).");
+
+REGISTER_OP("TfRingAllgather")
+    .Attr("T: {uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool}")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .SetShapeFn(FirstDimUnknown)
+    .Doc("Concatenates `tensor` from all ranks along the first dimension, in rank order.");
+
+REGISTER_OP("TfRingBroadcast")
+    .Attr("T: {uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool}")
+    .Attr("root_rank: int")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Output("broadcast: T")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc("Returns the root rank's `tensor` on every rank.");
+
+}  // namespace tf_ring

@@ -1,0 +1,25 @@
+// Translation between TensorFlow kernels and the engine's TensorEntry.
+#ifndef TF_RING_TENSORFLOW_TENSOR_ADAPTER_H_
+#define TF_RING_TENSORFLOW_TENSOR_ADAPTER_H_
+
+#include <string>
+
+#include "common/status.h"
+#include "common/tensor_entry.h"
+#include "tensorflow/core/framework/op_kernel.h"
+
+namespace tf_ring {
+
+absl::Status ToTfStatus(const Status& s);
+// False when TensorFlow's dtype has no engine equivalent.
+bool ToEngineDtype(::tensorflow::DataType tf_dtype, DataType* out);
+
+// Builds the entry for input 0 of `ctx`: buffers, shape, output allocation
+// through the kernel context, and a callback that sets the status and
+// calls `done`. `output` may be null (allocated later by the engine).
+TensorEntry MakeEntry(::tensorflow::OpKernelContext* ctx, const std::string& name, OpType op,
+                      ::tensorflow::Tensor* output, ::tensorflow::AsyncOpKernel::DoneCallback done);
+
+}  // namespace tf_ring
+
+#endif  // TF_RING_TENSORFLOW_TENSOR_ADAPTER_H_

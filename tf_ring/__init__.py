@@ -1,0 +1,12 @@
+"""tf_ring: Horovod-style ring-allreduce data-parallel training for TensorFlow.
+
+Migration from Horovod is one line: ``import tf_ring as hvd``.
+"""
+from tf_ring.basics import (NotInitializedError, build_info, cross_rank, cross_size, init,
+                            is_initialized, local_rank, local_size, mpi_built,
+                            mpi_threads_supported, nccl_built, rank, reset_stats, shutdown, size,
+                            stats)
+from tf_ring.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast
+from tf_ring import _gradients  # noqa: F401  (registers the gradients)
+
+__version__ = build_info().get("tf_ring_version", "unknown")

@@ -1,0 +1,125 @@
+"""Lifecycle and topology: init, shutdown, rank, size and friends."""
+import atexit
+import ctypes
+
+from tf_ring._library import C_API, build_info
+
+_atexit_registered = False
+
+
+class NotInitializedError(ValueError):
+    """Raised by topology queries made before tf_ring.init()."""
+
+
+def _comm_handle(comm):
+    """Returns a ctypes pointer to the MPI_Comm behind an mpi4py communicator,
+    or None for MPI_COMM_WORLD. A list of ranks builds a sub-communicator."""
+    if comm is None:
+        return None, None
+    from mpi4py import MPI
+    if isinstance(comm, (list, tuple)):
+        world = MPI.COMM_WORLD
+        comm = world.Create_group(world.Get_group().Incl(list(comm)))
+        if comm == MPI.COMM_NULL:
+            raise ValueError("this rank is not in the ranks passed to init(%s)" % (comm,))
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError("init(comm=...) takes an mpi4py communicator or a list of ranks, got %r"
+                        % type(comm).__name__)
+    handle = ctypes.c_void_p(MPI._handleof(comm))
+    return ctypes.cast(ctypes.pointer(handle), ctypes.c_void_p), (comm, handle)
+
+
+def init(comm=None):
+    """Starts the engine on this process. Safe to call again (a no-op).
+
+    comm: optional mpi4py communicator (or list of world ranks) to run on;
+    default MPI_COMM_WORLD. Works whether or not mpi4py initialized MPI.
+    """
+    global _atexit_registered
+    pointer, _keepalive = _comm_handle(comm)
+    error = ctypes.create_string_buffer(1024)
+    if C_API.tf_ring_init(pointer, error, len(error)) != 0:
+        raise RuntimeError("tf_ring.init() failed: " + error.value.decode())
+    if not _atexit_registered:
+        # Stop the engine thread before MPI is finalized at interpreter exit.
+        atexit.register(C_API.tf_ring_finalize_mpi)
+        _atexit_registered = True
+
+
+def shutdown():
+    """Stops the engine on every rank; ops still pending fail with an error."""
+    C_API.tf_ring_shutdown()
+
+
+def is_initialized():
+    return bool(C_API.tf_ring_is_initialized())
+
+
+def _topology():
+    values = (ctypes.c_int * 6)()
+    if C_API.tf_ring_topology(values) != 0:
+        raise NotInitializedError("tf_ring is not initialized: call tf_ring.init() first.")
+    return list(values)
+
+
+def rank():
+    """This process's rank, 0 to size()-1."""
+    return _topology()[0]
+
+
+def size():
+    """Number of ranks in the job."""
+    return _topology()[1]
+
+
+def local_rank():
+    """Rank among the processes on this node."""
+    return _topology()[2]
+
+
+def local_size():
+    """Number of ranks on this node."""
+    return _topology()[3]
+
+
+def cross_rank():
+    """Index of this node among nodes (ranks with this local rank)."""
+    return _topology()[4]
+
+
+def cross_size():
+    """Number of nodes (ranks with this local rank)."""
+    return _topology()[5]
+
+
+def mpi_built():
+    return True
+
+
+def nccl_built():
+    return False
+
+
+def mpi_threads_supported():
+    from mpi4py import MPI
+    return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
+STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_batches", "tensors",
+              "bytes")
+
+
+def stats():
+    """Engine counters since init() (see README, 'Stats')."""
+    values = (ctypes.c_int64 * len(STAT_NAMES))()
+    count = C_API.tf_ring_stats(values, len(values))
+    return {name: int(values[i]) for i, name in enumerate(STAT_NAMES[:count])}
+
+
+def reset_stats():
+    C_API.tf_ring_reset_stats()
+
+
+__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+           "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_threads_supported",
+           "stats", "reset_stats", "build_info", "NotInitializedError"]
