@@ -1,0 +1,34 @@
+"""Shared helpers: launching a pytest file on N real processes under tfringrun."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PARALLEL_DIR = os.path.join(REPO, "tests", "parallel")
+
+
+def tfringrun_cmd(np, *command):
+    return [sys.executable, "-m", "tf_ring.run", "-np", str(np)] + list(command)
+
+
+def run_under_launcher(np, command, timeout=600, env=None, cwd=REPO):
+    """Runs `command` on `np` ranks; returns the CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    full_env.update(env or {})
+    return subprocess.run(tfringrun_cmd(np, *command), cwd=cwd, env=full_env, timeout=timeout,
+                          capture_output=True, text=True)
+
+
+def run_parallel_pytest(path, np, timeout=600, env=None, extra=()):
+    """Runs one pytest file on every rank; fails with all ranks' output if any rank fails."""
+    result = run_under_launcher(
+        np, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "python_files=mpi_*.py", "-x", path] + list(extra),
+        timeout=timeout, env=env)
+    if result.returncode != 0:
+        pytest.fail("%s failed under %d ranks (exit %d)\n--- stdout ---\n%s\n--- stderr ---\n%s"
+                    % (os.path.basename(path), np, result.returncode, result.stdout[-20000:],
+                       result.stderr[-8000:]))
+    return result

@@ -1,0 +1,20 @@
+"""Inputs that every rank can recompute for every other rank."""
+import numpy as np
+import tensorflow as tf
+
+import tf_ring as hvd
+
+
+def rank_input(rank, shape, dtype, seed=0, low=-8, high=8):
+    """Rank `rank`'s deterministic input, as a NumPy array of `dtype`."""
+    rng = np.random.default_rng(1000 * seed + rank)
+    np_dtype = tf.as_dtype(dtype).as_numpy_dtype
+    if tf.as_dtype(dtype) == tf.bool:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if tf.as_dtype(dtype).is_floating:
+        return (rng.uniform(low, high, size=shape)).astype(np.float32).astype(np_dtype)
+    return rng.integers(low, high, size=shape).astype(np_dtype)
+
+
+def all_inputs(shape, dtype, seed=0, **kw):
+    return [rank_input(r, shape, dtype, seed, **kw) for r in range(hvd.size())]

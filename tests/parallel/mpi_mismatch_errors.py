@@ -1,0 +1,96 @@
+"""Ranks that disagree about a tensor get an error on every rank that names
+the tensor, what differs and on which ranks; nobody hangs, and the engine
+keeps working afterwards."""
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_ring as hvd
+
+
+def last_rank_differs():
+    return hvd.rank() == hvd.size() - 1
+
+
+def expect_error(fn, *fragments):
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        fn()
+    message = str(info.value)
+    for fragment in fragments:
+        assert re.search(fragment, message), "%r not in %r" % (fragment, message)
+    return message
+
+
+def others():
+    return ", ".join(str(r) for r in range(hvd.size() - 1))
+
+
+def test_shape_mismatch_names_tensor_shapes_and_ranks():
+    shape = (3,) if last_rank_differs() else (2,)
+    last = hvd.size() - 1
+    msg = expect_error(lambda: hvd.allreduce(tf.ones(shape), name="bad_shape"),
+                       "bad_shape", "shape differs", r"\[2\] on ranks? %s" % others(),
+                       r"\[3\] on rank %d" % last)
+    assert "allreduce" in msg
+
+
+def test_dtype_mismatch():
+    dtype = tf.float64 if last_rank_differs() else tf.float32
+    expect_error(lambda: hvd.allreduce(tf.ones(2, dtype), name="bad_dtype"),
+                 "bad_dtype", "dtype differs", "float32 on", "float64 on rank %d" % (hvd.size() - 1))
+
+
+def test_reduce_op_mismatch():
+    op = hvd.Max if last_rank_differs() else hvd.Sum
+    expect_error(lambda: hvd.allreduce(tf.ones(2), op=op, name="bad_op"),
+                 "bad_op", "reduce op differs", "Sum on", "Max on rank")
+
+
+def test_operation_mismatch():
+    def call():
+        if last_rank_differs():
+            return hvd.broadcast(tf.ones(2), root_rank=0, name="bad_kind")
+        return hvd.allreduce(tf.ones(2), name="bad_kind")
+    expect_error(call, "bad_kind", "operation differs", "allreduce on", "broadcast on rank")
+
+
+def test_scale_factor_mismatch():
+    factor = 2.0 if last_rank_differs() else 1.0
+    expect_error(lambda: hvd.allreduce(tf.ones(2), prescale_factor=factor, name="bad_scale"),
+                 "bad_scale", "prescale factor differs")
+
+
+def test_root_rank_mismatch_and_out_of_range():
+    root = 1 if last_rank_differs() else 0
+    expect_error(lambda: hvd.broadcast(tf.ones(2), root_rank=root, name="bad_root"),
+                 "bad_root", "root rank differs")
+    expect_error(lambda: hvd.broadcast(tf.ones(2), root_rank=hvd.size(), name="root_range"),
+                 "root_range", "root rank %d is out of range" % hvd.size())
+
+
+def test_allgather_trailing_dimension_mismatch():
+    cols = 4 if last_rank_differs() else 3
+    expect_error(lambda: hvd.allgather(tf.ones((2, cols)), name="bad_gather"),
+                 "bad_gather", "shape after the first dimension differs", r"\[3\] on", r"\[4\] on rank")
+
+
+def test_engine_still_works_after_errors():
+    out = hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum, name="after_errors")
+    np.testing.assert_allclose(out.numpy(), [hvd.size(), 2.0 * hvd.size()])
+
+
+def test_error_inside_tf_function_raises_on_every_rank():
+    @tf.function
+    def step(x):
+        return hvd.allreduce(x, name="fn_bad_shape")
+    shape = (5,) if last_rank_differs() else (4,)
+    expect_error(lambda: step(tf.ones(shape)), "fn_bad_shape", "shape differs")
+
+
+def test_unsupported_dtype_is_rejected_before_running():
+    with pytest.raises(TypeError, match="complex64 is not supported"):
+        hvd.allreduce(tf.constant([1 + 2j], tf.complex64), name="complex")
+    with pytest.raises(TypeError, match="string is not supported"):
+        hvd.broadcast(tf.constant(["a"]), root_rank=0, name="strings")
