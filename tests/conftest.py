@@ -10,6 +10,7 @@ PARALLEL_DIR = os.path.join(REPO, "tests", "parallel")
 
 
 def tfringrun_cmd(np, *command):
+    """Launcher flags may lead `command` (e.g. "--verbose")."""
     return [sys.executable, "-m", "tf_ring.run", "-np", str(np)] + list(command)
 
 

@@ -1,0 +1,224 @@
+// Unit tests of the framework-free engine pieces: the wire format, the
+// coordinator's readiness and agreement checks, and float16/bfloat16
+// conversion. Built with g++ alone (no TensorFlow, no MPI) by
+// tests/test_engine_unit.py, which also proves the engine needs neither.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "common/coordinator.h"
+#include "common/half.h"
+#include "common/message.h"
+
+using namespace tf_ring;
+
+static int g_failures = 0;
+static int g_checks = 0;
+#define CHECK(cond)                                                      \
+  do {                                                                   \
+    ++g_checks;                                                          \
+    if (!(cond)) {                                                       \
+      ++g_failures;                                                      \
+      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
+    }                                                                    \
+  } while (0)
+
+static bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+static Request MakeRequest(int rank, const std::string& name, std::vector<int64_t> shape) {
+  Request r;
+  r.rank = rank;
+  r.name = name;
+  r.shape = std::move(shape);
+  return r;
+}
+
+static void TestRequestRoundTrip() {
+  RequestList list;
+  list.shutdown = true;
+  Request r = MakeRequest(3, "grad/dense_1/kernel:0", {128, 64});
+  r.op = OpType::kAlltoall;
+  r.reduce_op = ReduceOp::kMax;
+  r.dtype = DataType::kBFloat16;
+  r.root_rank = 2;
+  r.prescale = 0.25;
+  r.postscale = 3.5;
+  r.splits = {1, 0, 127};
+  list.requests.push_back(r);
+  list.requests.push_back(MakeRequest(3, "", {}));  // empty name, scalar
+
+  std::vector<char> bytes = list.Serialize();
+  RequestList back;
+  CHECK(RequestList::Parse(bytes.data(), bytes.size(), &back));
+  CHECK(back.shutdown);
+  CHECK(back.requests.size() == 2);
+  const Request& b = back.requests[0];
+  CHECK(b.rank == 3 && b.name == r.name && b.shape == r.shape);
+  CHECK(b.op == OpType::kAlltoall && b.reduce_op == ReduceOp::kMax);
+  CHECK(b.dtype == DataType::kBFloat16 && b.root_rank == 2);
+  CHECK(b.prescale == 0.25 && b.postscale == 3.5 && b.splits == r.splits);
+  CHECK(back.requests[1].name.empty() && back.requests[1].shape.empty());
+
+  // Every truncation of a valid message must be rejected, never over-read.
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    RequestList partial;
+    CHECK(!RequestList::Parse(bytes.data(), cut, &partial));
+  }
+  // Trailing garbage is rejected too.
+  bytes.push_back(0);
+  CHECK(!RequestList::Parse(bytes.data(), bytes.size(), &back));
+  // An out-of-range enum value is rejected.
+  std::vector<char> bad = list.Serialize();
+  bad[4 + 1 + 4 + 4] = 99;  // version, shutdown, count, rank -> op byte
+  CHECK(!RequestList::Parse(bad.data(), bad.size(), &back));
+}
+
+static void TestResponseRoundTrip() {
+  ResponseList list;
+  Response a;
+  a.op = OpType::kAllgather;
+  a.dtype = DataType::kInt64;
+  a.names = {"x", "y"};
+  a.sizes = {1, 2, 3, 4};
+  Response e;
+  e.names = {"bad"};
+  e.error = "shape differs";
+  list.responses = {a, e};
+  std::vector<char> bytes = list.Serialize();
+  ResponseList back;
+  CHECK(ResponseList::Parse(bytes.data(), bytes.size(), &back));
+  CHECK(!back.shutdown && back.responses.size() == 2);
+  CHECK(back.responses[0].names == a.names && back.responses[0].sizes == a.sizes);
+  CHECK(back.responses[0].op == OpType::kAllgather && !back.responses[0].is_error());
+  CHECK(back.responses[1].is_error() && back.responses[1].error == "shape differs");
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    ResponseList partial;
+    CHECK(!ResponseList::Parse(bytes.data(), cut, &partial));
+  }
+}
+
+static void TestCoordinatorReadinessAndOrder() {
+  Coordinator c(3);
+  c.Add(MakeRequest(0, "a", {2}));
+  c.Add(MakeRequest(1, "b", {2}));
+  c.Add(MakeRequest(1, "a", {2}));
+  CHECK(c.TakeReady().empty());  // "a" still misses rank 2
+  c.Add(MakeRequest(0, "b", {2}));
+  c.Add(MakeRequest(2, "b", {2}));  // "b" complete first
+  c.Add(MakeRequest(2, "a", {2}));
+  std::vector<Response> ready = c.TakeReady();
+  CHECK(ready.size() == 2);
+  CHECK(ready[0].names[0] == "b" && ready[1].names[0] == "a");
+  CHECK(!ready[0].is_error() && !ready[1].is_error());
+  CHECK(c.empty() && c.TakeReady().empty());
+}
+
+static void TestCoordinatorMismatchMessages() {
+  Coordinator c(3);
+  c.Add(MakeRequest(0, "w", {2, 3}));
+  c.Add(MakeRequest(1, "w", {3, 3}));
+  c.Add(MakeRequest(2, "w", {2, 3}));
+  std::vector<Response> ready = c.TakeReady();
+  CHECK(ready.size() == 1 && ready[0].is_error());
+  const std::string& msg = ready[0].error;
+  CHECK(Contains(msg, "'w'"));
+  CHECK(Contains(msg, "[2, 3] on ranks 0, 2"));
+  CHECK(Contains(msg, "[3, 3] on rank 1"));
+
+  Request r0 = MakeRequest(0, "b", {4});
+  r0.op = OpType::kBroadcast;
+  r0.root_rank = 5;
+  Request r1 = r0, r2 = r0;
+  r1.rank = 1;
+  r2.rank = 2;
+  Coordinator c2(3);
+  c2.Add(r0);
+  c2.Add(r1);
+  c2.Add(r2);
+  ready = c2.TakeReady();
+  CHECK(ready.size() == 1 && Contains(ready[0].error, "root rank 5 is out of range for 3 ranks"));
+}
+
+static void TestCoordinatorAllgatherSizesAndAlltoallSplits() {
+  Coordinator c(2);
+  Request a = MakeRequest(0, "g", {1, 5});
+  a.op = OpType::kAllgather;
+  Request b = MakeRequest(1, "g", {4, 5});
+  b.op = OpType::kAllgather;
+  c.Add(a);
+  c.Add(b);
+  std::vector<Response> ready = c.TakeReady();
+  CHECK(ready.size() == 1 && !ready[0].is_error());
+  CHECK((ready[0].sizes == std::vector<int64_t>{1, 4}));
+
+  Request t0 = MakeRequest(0, "t", {3});
+  t0.op = OpType::kAlltoall;
+  t0.splits = {1, 1};  // sums to 2, first dim 3
+  Request t1 = MakeRequest(1, "t", {3});
+  t1.op = OpType::kAlltoall;
+  t1.splits = {3, 0};
+  Coordinator c2(2);
+  c2.Add(t0);
+  c2.Add(t1);
+  ready = c2.TakeReady();
+  CHECK(ready.size() == 1 && Contains(ready[0].error, "splits on rank 0 [1, 1] sum to 2"));
+}
+
+static void TestCoordinatorDuplicateAndStall() {
+  Coordinator c(2);
+  auto t0 = Coordinator::Clock::now();
+  c.Add(MakeRequest(0, "d", {1}), t0);
+  c.Add(MakeRequest(0, "d", {1}), t0);
+  c.Add(MakeRequest(0, "s", {1}), t0);
+  auto stalled = c.Stalled(std::chrono::seconds(5), t0 + std::chrono::seconds(6));
+  CHECK(stalled.size() == 2);
+  for (const auto& s : stalled) {
+    CHECK((s.ready_ranks == std::vector<int>{0}) && (s.missing_ranks == std::vector<int>{1}));
+    CHECK(s.waited_seconds >= 5.9);
+  }
+  CHECK(c.Stalled(std::chrono::seconds(10), t0 + std::chrono::seconds(6)).empty());
+  c.Add(MakeRequest(1, "d", {1}), t0);
+  std::vector<Response> ready = c.TakeReady();
+  CHECK(ready.size() == 1 && Contains(ready[0].error, "submitted this name again"));
+  std::vector<Response> failed = c.FailPending({"s"}, "stalled");
+  CHECK(failed.size() == 1 && failed[0].error == "stalled" && c.empty());
+}
+
+static void TestHalfConversions() {
+  const float exact[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f /* min normal */,
+                         5.960464477539063e-08f /* min subnormal */, 0.333251953125f};
+  for (float f : exact) {
+    CHECK(HalfToFloat(FloatToHalf(f)) == f);
+    CHECK(std::signbit(HalfToFloat(FloatToHalf(f))) == std::signbit(f));
+  }
+  CHECK(std::isinf(HalfToFloat(FloatToHalf(1e6f))));
+  CHECK(std::isnan(HalfToFloat(FloatToHalf(NAN))));
+  CHECK(FloatToHalf(1.0f + 1.0f / 4096) == 0x3c00);  // rounds to nearest even
+  CHECK(FloatToHalf(2.98e-08f) == 0x0000);          // just below half the min subnormal
+  CHECK(FloatToHalf(2.99e-08f) == 0x0001);
+  CHECK(BFloat16ToFloat(FloatToBFloat16(3.0f)) == 3.0f);
+  CHECK(FloatToBFloat16(1.0f) == 0x3f80);
+  CHECK(std::isnan(BFloat16ToFloat(FloatToBFloat16(NAN))));
+  // Every finite half value survives the round trip through float.
+  int mismatches = 0;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;
+    if (FloatToHalf(HalfToFloat(static_cast<uint16_t>(h))) != h) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+}
+
+int main() {
+  TestRequestRoundTrip();
+  TestResponseRoundTrip();
+  TestCoordinatorReadinessAndOrder();
+  TestCoordinatorMismatchMessages();
+  TestCoordinatorAllgatherSizesAndAlltoallSplits();
+  TestCoordinatorDuplicateAndStall();
+  TestHalfConversions();
+  std::printf("%d checks, %d failed\n", g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
