@@ -2,12 +2,14 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <string>
 
 #include "common/controller.h"
 #include "common/logging.h"
 #include "common/mpi_context.h"
 #include "common/mpi_types.h"
 #include "common/operation_manager.h"
+#include "common/shm_segment.h"
 #include "common/tensor_queue.h"
 
 namespace tf_ring {
@@ -17,6 +19,10 @@ namespace {
 // with work (or a shutdown) never wait on a rank that has none for longer.
 constexpr std::chrono::microseconds kIdleWake(2000);
 
+// Chosen by measurement (benchmarks/README.md): small enough that a chunk
+// stays in cache between staging and reduction.
+constexpr double kDefaultShmChunkBytes = 1 << 20;
+
 double EnvDouble(const char* name, double fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atof(v) : fallback;
@@ -25,6 +31,7 @@ double EnvDouble(const char* name, double fallback) {
 
 struct Engine::Impl {
   MpiContext mpi;
+  ShmSegment shm;
   TensorQueue queue;
   std::unique_ptr<Controller> controller;
   std::unique_ptr<OperationManager> operations;
@@ -45,7 +52,15 @@ Status Engine::Init(const void* mpi_comm) {
   Status s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
   if (!s.ok()) return s;
   impl->controller = std::make_unique<Controller>(&impl->mpi);
-  impl->operations = std::make_unique<OperationManager>(&impl->mpi);
+  ShmSegment* shm = nullptr;
+  const char* use_shm = std::getenv("TF_RING_SHM");
+  if (impl->mpi.local_size() == impl->mpi.size() && !(use_shm && std::string(use_shm) == "0")) {
+    const double chunk = EnvDouble("TF_RING_SHM_CHUNK_BYTES", kDefaultShmChunkBytes);
+    s = impl->shm.Init(impl->mpi.local_comm(), static_cast<size_t>(chunk));
+    if (!s.ok()) return s;
+    shm = &impl->shm;
+  }
+  impl->operations = std::make_unique<OperationManager>(&impl->mpi, shm);
   impl->batch_window = std::chrono::microseconds(
       static_cast<int64_t>(EnvDouble("TF_RING_CYCLE_TIME", 0.0) * 1000.0));
   CreateCustomMpiOps();
@@ -135,6 +150,8 @@ void Engine::Loop() {
     std::lock_guard<std::mutex> lock(accept_mu_);
     accepting_ = false;
   }
+  // Collective teardown happens here, where every rank arrives together.
+  s.shm.Release();
   Status closing = failure.ok()
                        ? Status::Aborted("tf_ring was shut down (on this or another rank) "
                                          "before this collective could run.")

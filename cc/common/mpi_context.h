@@ -23,6 +23,7 @@ class MpiContext {
   static void FinalizeIfOwned();
 
   MPI_Comm comm() const { return comm_; }
+  MPI_Comm local_comm() const { return local_comm_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }

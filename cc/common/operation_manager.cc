@@ -30,7 +30,7 @@ int64_t OperationManager::Execute(const Response& resp, TensorQueue* queue) {
 }
 
 Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& entries) {
-  CollectiveContext ctx{mpi_, &scratch_};
+  CollectiveContext ctx{mpi_, &scratch_, shm_};
   switch (resp.op) {
     case OpType::kAllreduce: return RunAllreduce(ctx, resp, entries);
     case OpType::kAllgather: return RunAllgather(ctx, resp, entries);

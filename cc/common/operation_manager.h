@@ -12,7 +12,8 @@ namespace tf_ring {
 
 class OperationManager {
  public:
-  explicit OperationManager(const MpiContext* mpi) : mpi_(mpi) {}
+  // `shm` may be null (ranks on several nodes, or TF_RING_SHM=0).
+  OperationManager(const MpiContext* mpi, ShmSegment* shm) : mpi_(mpi), shm_(shm) {}
 
   // Returns the number of bytes of local tensor data the response moved.
   int64_t Execute(const Response& resp, TensorQueue* queue);
@@ -21,6 +22,7 @@ class OperationManager {
   Status Run(const Response& resp, std::vector<TensorEntry>& entries);
 
   const MpiContext* mpi_;
+  ShmSegment* shm_;
   ScratchBuffer scratch_;
 };
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/collectives/collectives.h"
+#include "common/collectives/shm_allreduce.h"
 #include "common/mpi_types.h"
 #include "common/scale.h"
 
@@ -22,8 +23,33 @@ void ApplyPostscale(void* buf, int64_t count, const Response& resp, int size) {
 }
 }  // namespace
 
+// Same node: reduce through shared memory straight between the tensors.
+Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
+                       std::vector<TensorEntry>& entries) {
+  std::vector<Span> spans;
+  spans.reserve(entries.size());
+  for (auto& e : entries) {
+    Span s{static_cast<const char*>(e.input), static_cast<char*>(e.output), e.NumBytes()};
+    if (resp.prescale != 1.0 && s.bytes > 0) {
+      // Scale a copy (the output), never the caller's input.
+      if (s.in != s.out) std::memcpy(s.out, s.in, s.bytes);
+      ScaleBuffer(s.out, e.NumElements(), resp.dtype, resp.prescale);
+      s.in = s.out;
+    }
+    spans.push_back(s);
+  }
+  const int size = ctx.mpi->size();
+  const bool average = resp.reduce_op == ReduceOp::kAverage;
+  ReduceSpec spec{resp.dtype, resp.reduce_op, resp.postscale, 1};
+  if (average && IsFloatingPoint(resp.dtype)) spec.postscale /= size;
+  if (average && !IsFloatingPoint(resp.dtype)) spec.integer_divisor = size;
+  ShmAllreduce(ctx.shm, spans, spec);
+  return Status::OK();
+}
+
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries) {
+  if (ctx.shm != nullptr) return RunShmAllreduce(ctx, resp, entries);
   const size_t elem = DataTypeSize(resp.dtype);
   char* buf;
   int64_t count = 0;

@@ -8,6 +8,7 @@
 
 #include "common/message.h"
 #include "common/mpi_context.h"
+#include "common/shm_segment.h"
 #include "common/tensor_entry.h"
 
 namespace tf_ring {
@@ -27,6 +28,7 @@ class ScratchBuffer {
 struct CollectiveContext {
   const MpiContext* mpi;
   ScratchBuffer* scratch;
+  ShmSegment* shm;  // null unless every rank shares this node's memory
 };
 
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,

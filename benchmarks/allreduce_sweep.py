@@ -1,0 +1,61 @@
+"""(a) Allreduce sweep, 4 KB to 64 MB float32: tf_ring eager and in
+tf.function against mpi4py Allreduce on the same NumPy buffers, one run.
+
+    tfringrun -np 2 python benchmarks/allreduce_sweep.py
+"""
+import argparse
+
+import numpy as np
+import tensorflow as tf
+from mpi4py import MPI
+
+import tf_ring as hvd
+from bench_util import ms, print_table, timed
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max-mb", type=float, default=64)
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    hvd.init()
+    comm = MPI.COMM_WORLD
+    rows = []
+    size_bytes = 4096
+    while size_bytes <= args.max_mb * (1 << 20):
+        n = size_bytes // 4
+        data = np.random.default_rng(hvd.rank()).random(n, dtype=np.float32)
+        out = np.empty_like(data)
+        tensor = tf.constant(data)
+        reps = args.repeats if size_bytes < (8 << 20) else max(5, args.repeats // 3)
+
+        def run_mpi():
+            comm.Allreduce(data, out, op=MPI.SUM)
+
+        def run_eager():
+            hvd.allreduce(tensor, op=hvd.Sum, name="sweep").numpy()
+
+        fn = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum, name="sweep_fn"))
+
+        def run_function():
+            fn(tensor).numpy()
+
+        t_mpi, _ = timed(run_mpi, reps)
+        t_eager, _ = timed(run_eager, reps)
+        t_fn, _ = timed(run_function, reps)
+        rows.append([_human(size_bytes), ms(t_mpi), ms(t_eager), ms(t_fn),
+                     "%.2fx" % (t_mpi / t_eager), "%.2fx" % (t_mpi / t_fn),
+                     "%.2f" % (size_bytes / t_eager / 1e9)])
+        size_bytes *= 4
+    print_table("Allreduce sweep, float32, %d ranks (median ms; speedup = mpi4py time / tf_ring time)"
+                % hvd.size(),
+                ["size", "mpi4py", "tf_ring eager", "tf_ring tf.function", "speedup eager",
+                 "speedup fn", "eager GB/s"], rows)
+
+
+def _human(b):
+    return "%d KB" % (b >> 10) if b < (1 << 20) else "%d MB" % (b >> 20)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Timing and table helpers shared by the benchmarks (run under tfringrun)."""
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from mpi4py import MPI  # noqa: E402
+
+
+def timed(fn, repeats, warmup=3):
+    """Median and min wall time (seconds) of fn() over `repeats` runs, all
+    ranks starting each run together."""
+    comm = MPI.COMM_WORLD
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    # The slowest rank defines a collective's time.
+    samples = comm.allreduce(samples, op=_elementwise_max)
+    return statistics.median(samples), min(samples)
+
+
+def _elementwise_max_fn(a, b, _datatype=None):
+    return [max(x, y) for x, y in zip(a, b)]
+
+
+_elementwise_max = MPI.Op.Create(_elementwise_max_fn, commute=True)
+
+
+def print_table(title, header, rows):
+    if MPI.COMM_WORLD.Get_rank() != 0:
+        return
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(header)]
+    line = " | ".join(str(h).rjust(w) for h, w in zip(header, widths))
+    print("\n" + title)
+    print(line)
+    print("-+-".join("-" * w for w in widths))
+    for r in rows:
+        print(" | ".join(str(c).rjust(w) for c, w in zip(r, widths)))
+
+
+def ms(seconds):
+    return "%.3f" % (seconds * 1e3)

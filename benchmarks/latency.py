@@ -1,0 +1,37 @@
+"""(c) Latency of a lone 4 KB eager allreduce, against mpi4py on the same buffer.
+
+    tfringrun -np 2 python benchmarks/latency.py
+"""
+import argparse
+
+import numpy as np
+import tensorflow as tf
+from mpi4py import MPI
+
+import tf_ring as hvd
+from bench_util import print_table, timed
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=500)
+    args = parser.parse_args()
+    hvd.init()
+    comm = MPI.COMM_WORLD
+    data = np.ones(1024, np.float32)
+    out = np.empty_like(data)
+    tensor = tf.constant(data)
+
+    t_mpi, min_mpi = timed(lambda: comm.Allreduce(data, out, op=MPI.SUM), args.repeats, warmup=20)
+    t_ring, min_ring = timed(lambda: hvd.allreduce(tensor, op=hvd.Sum), args.repeats, warmup=20)
+    t_identity, _ = timed(lambda: tf.identity(tensor), args.repeats, warmup=20)
+    us = lambda s: "%.1f" % (s * 1e6)
+    print_table("Lone 4 KB eager allreduce, %d ranks (microseconds)" % hvd.size(),
+                ["method", "median us", "min us"],
+                [["mpi4py Allreduce", us(t_mpi), us(min_mpi)],
+                 ["tf_ring eager allreduce", us(t_ring), us(min_ring)],
+                 ["(TF eager tf.identity, for scale)", us(t_identity), ""]])
+
+
+if __name__ == "__main__":
+    main()

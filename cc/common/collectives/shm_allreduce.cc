@@ -1,0 +1,89 @@
+#include "common/collectives/shm_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/reduce_kernels.h"
+#include "common/scale.h"
+
+namespace tf_ring {
+
+namespace {
+
+// Walks [begin, begin + bytes) of the virtual buffer, calling
+// fn(span, offset_in_span, offset_in_range, length) for each piece.
+template <typename F>
+void ForEachPiece(const std::vector<Span>& spans, int64_t begin, int64_t bytes, F fn) {
+  int64_t span_start = 0;
+  const int64_t end = begin + bytes;
+  for (const Span& s : spans) {
+    const int64_t span_end = span_start + s.bytes;
+    if (span_end > begin && span_start < end) {
+      const int64_t lo = std::max(begin, span_start), hi = std::min(end, span_end);
+      fn(s, lo - span_start, lo - begin, hi - lo);
+    }
+    if (span_end >= end) break;
+    span_start = span_end;
+  }
+}
+
+}  // namespace
+
+void ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceSpec& spec) {
+  const int me = shm->rank(), n = shm->size();
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(spec.dtype));
+  int64_t total_bytes = 0;
+  for (const Span& s : spans) total_bytes += s.bytes;
+  const int64_t total = total_bytes / elem;
+  const int64_t chunk_elems = static_cast<int64_t>(shm->area_bytes()) / elem;
+
+  for (int64_t first = 0, chunk = 0; first < total; first += chunk_elems, ++chunk) {
+    const int64_t len = std::min(chunk_elems, total - first);
+    const int buffer = static_cast<int>(chunk & 1);
+    auto slice_begin = [&](int q) { return len * q / n; };
+    auto slice_len = [&](int q) { return slice_begin(q + 1) - slice_begin(q); };
+
+    // 1. Stage the slices that the other ranks reduce.
+    char* staging = shm->input_area(me, buffer);
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      ForEachPiece(spans, (first + slice_begin(q)) * elem, slice_len(q) * elem,
+                   [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
+                     std::memcpy(staging + slice_begin(q) * elem + rel, s.in + at, k);
+                   });
+    }
+    shm->Barrier();
+
+    // 2. Reduce this rank's slice into its output and publish the result.
+    const int64_t mine = slice_begin(me) * elem;
+    char* published = shm->result_area(me, buffer) + mine;
+    ForEachPiece(spans, first * elem + mine, slice_len(me) * elem,
+                 [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
+                   char* dst = s.out + at;
+                   const char* acc = s.in + at;
+                   for (int q = 0; q < n; ++q) {
+                     if (q == me) continue;
+                     ReduceInto(dst, acc, shm->input_area(q, buffer) + mine + rel, k / elem,
+                                spec.dtype, spec.op);
+                     acc = dst;
+                   }
+                   if (n == 1 && dst != acc) std::memcpy(dst, acc, k);
+                   if (spec.integer_divisor > 1) DivideIntegers(dst, k / elem, spec.dtype, spec.integer_divisor);
+                   ScaleBuffer(dst, k / elem, spec.dtype, spec.postscale);
+                   std::memcpy(published + rel, dst, k);
+                 });
+    shm->Barrier();
+
+    // 3. Copy the other ranks' reduced slices out.
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      const char* result = shm->result_area(q, buffer) + slice_begin(q) * elem;
+      ForEachPiece(spans, (first + slice_begin(q)) * elem, slice_len(q) * elem,
+                   [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
+                     std::memcpy(s.out + at, result + rel, k);
+                   });
+    }
+  }
+}
+
+}  // namespace tf_ring

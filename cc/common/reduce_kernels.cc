@@ -1,0 +1,62 @@
+#include "common/reduce_kernels.h"
+
+#include <algorithm>
+
+#include "common/half.h"
+
+namespace tf_ring {
+
+namespace {
+
+// Plain loops the compiler vectorizes (dst may alias a, so no restrict).
+template <typename T, typename F>
+void Loop(void* dst, const void* a, const void* b, int64_t n, F f) {
+  T* d = static_cast<T*>(dst);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (int64_t i = 0; i < n; ++i) d[i] = f(x[i], y[i]);
+}
+
+template <typename T>
+void ReduceTyped(void* dst, const void* a, const void* b, int64_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: Loop<T>(dst, a, b, n, [](T x, T y) { return static_cast<T>(x + y); }); break;
+    case ReduceOp::kMin: Loop<T>(dst, a, b, n, [](T x, T y) { return std::min(x, y); }); break;
+    case ReduceOp::kMax: Loop<T>(dst, a, b, n, [](T x, T y) { return std::max(x, y); }); break;
+    case ReduceOp::kProduct: Loop<T>(dst, a, b, n, [](T x, T y) { return static_cast<T>(x * y); }); break;
+  }
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void Reduce16(void* dst, const void* a, const void* b, int64_t n, ReduceOp op) {
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
+  for (int64_t i = 0; i < n; ++i) {
+    float fx = ToFloat(x[i]), fy = ToFloat(y[i]);
+    float r = op == ReduceOp::kMin ? std::min(fx, fy)
+              : op == ReduceOp::kMax ? std::max(fx, fy)
+              : op == ReduceOp::kProduct ? fx * fy
+                                         : fx + fy;
+    d[i] = FromFloat(r);
+  }
+}
+
+}  // namespace
+
+void ReduceInto(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kFloat32: ReduceTyped<float>(dst, a, b, count, op); break;
+    case DataType::kFloat64: ReduceTyped<double>(dst, a, b, count, op); break;
+    case DataType::kInt32: ReduceTyped<int32_t>(dst, a, b, count, op); break;
+    case DataType::kInt64: ReduceTyped<int64_t>(dst, a, b, count, op); break;
+    case DataType::kUint8: ReduceTyped<uint8_t>(dst, a, b, count, op); break;
+    case DataType::kInt8: ReduceTyped<int8_t>(dst, a, b, count, op); break;
+    case DataType::kFloat16: Reduce16<HalfToFloat, FloatToHalf>(dst, a, b, count, op); break;
+    case DataType::kBFloat16: Reduce16<BFloat16ToFloat, FloatToBFloat16>(dst, a, b, count, op); break;
+    case DataType::kBool: break;
+  }
+}
+
+}  // namespace tf_ring
