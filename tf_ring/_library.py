@@ -49,6 +49,16 @@ def _declare_c_api(cdll):
     return cdll
 
 
+def _exempt_from_auto_control_deps(ops_module):
+    """tf.function chains stateful ops in program order. Collectives must not
+    be chained (they run concurrently and fuse), exactly like TensorFlow's own
+    collective ops, so they join TensorFlow's set of asynchronous stateful ops."""
+    from tensorflow.python.framework import auto_control_deps as acd
+    ours = {name for name in dir(ops_module) if name.startswith("TfRing")}
+    if hasattr(acd, "ASYNC_STATEFUL_OPS"):
+        acd.ASYNC_STATEFUL_OPS = frozenset(acd.ASYNC_STATEFUL_OPS) | ours
+
+
 def _load():
     _check_tensorflow_version(build_info())
     if not os.path.exists(LIBRARY_PATH):
@@ -57,6 +67,7 @@ def _load():
         ops = tf.load_op_library(LIBRARY_PATH)
     except tf.errors.NotFoundError as e:
         raise ImportError("tf_ring's native library failed to load (%s). %s" % (e, REBUILD_HINT)) from e
+    _exempt_from_auto_control_deps(ops)
     # RTLD_GLOBAL is not needed: the same path returns the handle TF already holds.
     return ops, _declare_c_api(ctypes.CDLL(LIBRARY_PATH))
 

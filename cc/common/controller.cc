@@ -1,6 +1,117 @@
 #include "common/controller.h"
 
+#include <algorithm>
+
 namespace tf_ring {
+
+namespace {
+// Layout of the vector every rank ANDs together each cycle: hit bits, then
+// inverted invalidation bits (AND of inverted = OR), then one inverted flag
+// word, so a single MPI_BAND allreduce answers all three questions.
+constexpr uint64_t kFlagHasUncached = 1;
+constexpr uint64_t kFlagShutdown = 2;
+
+template <typename F>
+void ForEachBit(uint64_t word, size_t word_index, F fn) {
+  while (word) {
+    int b = __builtin_ctzll(word);
+    fn(static_cast<uint32_t>(word_index * 64 + b));
+    word &= word - 1;
+  }
+}
+}  // namespace
+
+Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, ResponseList* out,
+                            CycleCounts* counts) {
+  out->responses.clear();
+  out->shutdown = false;
+  for (Request& r : new_requests) waiting_.push_back(std::move(r));
+
+  std::vector<Request> to_send;
+  std::vector<Response> from_cache;
+  bool negotiate = true;
+  if (cache_.capacity() > 0) {
+    const size_t words = (cache_.capacity() + 63) / 64;
+    std::vector<uint64_t> vec(2 * words + 1, 0);
+    std::fill(vec.begin() + words, vec.end(), ~0ULL);
+    std::vector<ResponseCache::Lookup> lookups(waiting_.size());
+    std::vector<uint32_t> bits(waiting_.size(), 0);
+    for (size_t i = 0; i < waiting_.size(); ++i) {
+      lookups[i] = cache_.Find(waiting_[i], &bits[i]);
+      const uint64_t mask = 1ULL << (bits[i] % 64);
+      if (lookups[i] == ResponseCache::Lookup::kHit) vec[bits[i] / 64] |= mask;
+      if (lookups[i] == ResponseCache::Lookup::kInvalid) vec[words + bits[i] / 64] &= ~mask;
+      if (lookups[i] == ResponseCache::Lookup::kMiss) vec.back() &= ~kFlagHasUncached;
+    }
+    if (shutdown) vec.back() &= ~kFlagShutdown;
+
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()), MPI_UINT64_T, MPI_BAND,
+                   mpi_->comm(), &req);
+    MpiContext::Wait(&req);
+
+    std::vector<bool> invalidated(cache_.capacity(), false), ready(cache_.capacity(), false);
+    bool any_invalid = false;
+    for (size_t w = 0; w < words; ++w) {
+      ForEachBit(~vec[words + w], w, [&](uint32_t bit) {
+        if (bit < cache_.capacity()) {
+          invalidated[bit] = any_invalid = true;
+        }
+      });
+    }
+    // Ready everywhere and still valid: run straight from the cache, in bit
+    // order (the same on every rank).
+    for (size_t w = 0; w < words; ++w) {
+      ForEachBit(vec[w] & vec[words + w], w, [&](uint32_t bit) {
+        ready[bit] = true;
+        from_cache.push_back(cache_.Get(bit));
+        cache_.Touch(bit);
+      });
+    }
+    for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
+      if (invalidated[bit]) cache_.Erase(bit);
+    }
+    std::vector<Request> still_waiting;
+    for (size_t i = 0; i < waiting_.size(); ++i) {
+      const bool hit = lookups[i] == ResponseCache::Lookup::kHit;
+      if (hit && ready[bits[i]]) continue;  // runs this cycle
+      if (hit && !invalidated[bits[i]]) {
+        still_waiting.push_back(std::move(waiting_[i]));  // other ranks not there yet
+      } else {
+        to_send.push_back(std::move(waiting_[i]));
+      }
+    }
+    waiting_ = std::move(still_waiting);
+    counts->cache_hits += static_cast<int64_t>(from_cache.size());
+    negotiate = !(vec.back() & kFlagHasUncached) || !(vec.back() & kFlagShutdown) || any_invalid;
+  } else {
+    to_send = std::move(waiting_);
+    waiting_.clear();
+  }
+
+  out->responses = std::move(from_cache);
+  if (!negotiate) return Status::OK();
+
+  RequestList mine;
+  mine.shutdown = shutdown;
+  for (const Request& r : to_send) negotiating_[r.name] = r;
+  mine.requests = std::move(to_send);
+  ResponseList agreed;
+  Status status = Negotiate(mine, &agreed);
+  counts->negotiations++;
+  counts->cache_misses += static_cast<int64_t>(mine.requests.size());
+  for (Response& resp : agreed.responses) {
+    for (const std::string& name : resp.names) {
+      auto it = negotiating_.find(name);
+      if (it == negotiating_.end()) continue;
+      if (!resp.is_error() && resp.names.size() == 1) cache_.Put(resp, it->second);
+      negotiating_.erase(it);
+    }
+    out->responses.push_back(std::move(resp));
+  }
+  out->shutdown = agreed.shutdown;
+  return status;
+}
 
 Status Controller::Negotiate(const RequestList& mine, ResponseList* out) {
   const MPI_Comm comm = mpi_->comm();

@@ -1,26 +1,47 @@
-// One negotiation round over MPI: every rank's RequestList goes to rank 0,
-// which runs the Coordinator and broadcasts one ResponseList to all ranks.
+// One engine cycle's agreement across ranks.
+//
+// Requests that hit every rank's response cache are agreed with a single
+// bitwise-AND allreduce. Everything else (misses, invalidated entries,
+// shutdown) goes through rank 0: every rank's RequestList is gathered, the
+// Coordinator answers, and one ResponseList is broadcast.
 #ifndef TF_RING_COMMON_CONTROLLER_H_
 #define TF_RING_COMMON_CONTROLLER_H_
+
+#include <unordered_map>
 
 #include "common/coordinator.h"
 #include "common/message.h"
 #include "common/mpi_context.h"
+#include "common/response_cache.h"
 
 namespace tf_ring {
 
+struct CycleCounts {
+  int64_t negotiations = 0;
+  int64_t cache_hits = 0;
+  int64_t cache_misses = 0;
+};
+
 class Controller {
  public:
-  explicit Controller(const MpiContext* mpi) : mpi_(mpi), coordinator_(mpi->size()) {}
+  Controller(const MpiContext* mpi, size_t cache_capacity)
+      : mpi_(mpi), coordinator_(mpi->size()), cache_(cache_capacity) {}
 
-  Status Negotiate(const RequestList& mine, ResponseList* out);
+  // Adds this cycle's new requests and returns, in the same order on every
+  // rank, the responses that are ready everywhere.
+  Status RunCycle(std::vector<Request> new_requests, bool shutdown, ResponseList* out,
+                  CycleCounts* counts);
 
  private:
-  // Rank 0 only: turns every rank's requests into the ordered responses.
+  // Rank 0 round trip for `to_send`; fills `out` with the agreed responses.
+  Status Negotiate(const RequestList& to_send, ResponseList* out);
   ResponseList Coordinate(const std::vector<RequestList>& all);
 
   const MpiContext* mpi_;
   Coordinator coordinator_;
+  ResponseCache cache_;
+  std::vector<Request> waiting_;  // cache hits not yet ready on every rank
+  std::unordered_map<std::string, Request> negotiating_;  // sent to rank 0, by name
 };
 
 }  // namespace tf_ring

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/controller.h"
+#include "common/fusion.h"
 #include "common/logging.h"
 #include "common/mpi_context.h"
 #include "common/mpi_types.h"
@@ -36,6 +37,27 @@ struct Engine::Impl {
   std::unique_ptr<Controller> controller;
   std::unique_ptr<OperationManager> operations;
   std::chrono::microseconds batch_window{0};
+  int64_t fusion_threshold = 0;
+
+  // Payload bytes of a response as all ranks see them (fusion must agree).
+  int64_t PayloadBytes(const Response& resp) {
+    int64_t total = 0;
+    const int size = mpi.size();
+    for (size_t t = 0; t < resp.names.size(); ++t) {
+      std::vector<int64_t> shape;
+      DataType dtype;
+      if (!queue.Describe(resp.names[t], &shape, &dtype)) continue;
+      int64_t elements = 1;
+      for (size_t d = resp.op == OpType::kAllgather ? 1 : 0; d < shape.size(); ++d) elements *= shape[d];
+      if (resp.op == OpType::kAllgather) {
+        int64_t rows = 0;
+        for (int r = 0; r < size; ++r) rows += resp.sizes[t * size + r];
+        elements *= rows;
+      }
+      total += elements * static_cast<int64_t>(DataTypeSize(dtype));
+    }
+    return total;
+  }
 };
 
 Engine& Engine::Get() {
@@ -51,7 +73,9 @@ Status Engine::Init(const void* mpi_comm) {
   auto impl = std::make_unique<Impl>();
   Status s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
   if (!s.ok()) return s;
-  impl->controller = std::make_unique<Controller>(&impl->mpi);
+  impl->controller = std::make_unique<Controller>(
+      &impl->mpi, static_cast<size_t>(EnvDouble("TF_RING_CACHE_CAPACITY", 1024)));
+  impl->fusion_threshold = static_cast<int64_t>(EnvDouble("TF_RING_FUSION_THRESHOLD", 64 << 20));
   ShmSegment* shm = nullptr;
   const char* use_shm = std::getenv("TF_RING_SHM");
   if (impl->mpi.local_size() == impl->mpi.size() && !(use_shm && std::string(use_shm) == "0")) {
@@ -123,26 +147,27 @@ void Engine::Loop() {
   Impl& s = *impl_;
   Status failure;
   for (;;) {
-    s.queue.WaitForWork(kIdleWake);
+    // With collectives in flight, go straight to the next cycle: the peers
+    // we wait on arrive within it. Only a rank with nothing pending idles.
+    s.queue.WaitForWork(s.queue.entries_in_flight() > 0 ? std::chrono::microseconds(0) : kIdleWake);
     s.queue.WaitForBurstEnd(s.batch_window);
 
-    RequestList mine;
-    mine.requests = s.queue.TakeRequests();
-    mine.shutdown = shutdown_requested_.load();
-
     ResponseList responses;
-    Status st = s.controller->Negotiate(mine, &responses);
+    CycleCounts counts;
+    Status st = s.controller->RunCycle(s.queue.TakeRequests(), shutdown_requested_.load(), &responses,
+                                       &counts);
     stats_.cycles++;
-    stats_.negotiations++;
+    stats_.negotiations += counts.negotiations;
+    stats_.cache_hits += counts.cache_hits;
+    stats_.cache_misses += counts.cache_misses;
     if (!st.ok()) {
       Log(LogLevel::kError, st.message());
       failure = st;
     }
-    for (const Response& resp : responses.responses) {
-      stats_.bytes += s.operations->Execute(resp, &s.queue);
-      stats_.tensors += static_cast<int64_t>(resp.names.size());
-      if (resp.names.size() > 1) stats_.fused_batches++;
-    }
+    std::vector<Response> batches = FuseResponses(
+        std::move(responses.responses), s.fusion_threshold,
+        [&s](const Response& r) { return s.PayloadBytes(r); });
+    for (const Response& resp : batches) s.operations->Execute(resp, &s.queue, &stats_);
     if (responses.shutdown) break;
   }
 

@@ -11,20 +11,11 @@
 #include <thread>
 
 #include "common/message.h"
+#include "common/stats.h"
 #include "common/status.h"
 #include "common/tensor_entry.h"
 
 namespace tf_ring {
-
-struct EngineStats {
-  std::atomic<int64_t> cycles{0};
-  std::atomic<int64_t> negotiations{0};
-  std::atomic<int64_t> cache_hits{0};
-  std::atomic<int64_t> cache_misses{0};
-  std::atomic<int64_t> fused_batches{0};
-  std::atomic<int64_t> tensors{0};
-  std::atomic<int64_t> bytes{0};
-};
 
 struct Topology {
   int rank = -1, size = -1;

@@ -1,6 +1,7 @@
 #include "common/mpi_context.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 namespace tf_ring {
@@ -19,6 +20,9 @@ Status MpiContext::Init(const MPI_Comm* user_comm) {
         "Call tf_ring.init() before MPI is finalized (for example by mpi4py at exit).");
   }
   if (!initialized) {
+    // The shared-memory window needs no UCX one-sided support; probing it
+    // prints a spurious error on machines without UCX hardware.
+    setenv("OMPI_MCA_osc", "^ucx", /*overwrite=*/0);
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
       return Status::Unknown("MPI_Init_thread failed");

@@ -2,7 +2,7 @@
 
 namespace tf_ring {
 
-int64_t OperationManager::Execute(const Response& resp, TensorQueue* queue) {
+void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineStats* stats) {
   std::vector<TensorEntry> entries;
   entries.reserve(resp.names.size());
   for (const auto& name : resp.names) {
@@ -22,11 +22,11 @@ int64_t OperationManager::Execute(const Response& resp, TensorQueue* queue) {
   }
 
   int64_t bytes = 0;
-  for (auto& e : entries) {
-    bytes += e.NumBytes();
-    e.done(status);
-  }
-  return bytes;
+  for (auto& e : entries) bytes += e.NumBytes();
+  stats->bytes += bytes;
+  stats->tensors += static_cast<int64_t>(entries.size());
+  if (entries.size() > 1) stats->fused_batches++;
+  for (auto& e : entries) e.done(status);
 }
 
 Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& entries) {

@@ -6,6 +6,7 @@
 #include "common/collectives/collectives.h"
 #include "common/message.h"
 #include "common/mpi_context.h"
+#include "common/stats.h"
 #include "common/tensor_queue.h"
 
 namespace tf_ring {
@@ -15,8 +16,8 @@ class OperationManager {
   // `shm` may be null (ranks on several nodes, or TF_RING_SHM=0).
   OperationManager(const MpiContext* mpi, ShmSegment* shm) : mpi_(mpi), shm_(shm) {}
 
-  // Returns the number of bytes of local tensor data the response moved.
-  int64_t Execute(const Response& resp, TensorQueue* queue);
+  // Runs `resp` and completes its entries, counting it in `stats` first.
+  void Execute(const Response& resp, TensorQueue* queue, EngineStats* stats);
 
  private:
   Status Run(const Response& resp, std::vector<TensorEntry>& entries);

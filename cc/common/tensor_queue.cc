@@ -75,6 +75,15 @@ std::vector<TensorEntry> TensorQueue::TakeAllEntries() {
   return out;
 }
 
+bool TensorQueue::Describe(const std::string& name, std::vector<int64_t>* shape, DataType* dtype) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return false;
+  *shape = it->second.shape;
+  *dtype = it->second.dtype;
+  return true;
+}
+
 size_t TensorQueue::entries_in_flight() {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.size();

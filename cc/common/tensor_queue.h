@@ -34,6 +34,8 @@ class TensorQueue {
   // Everything still held, for failing at shutdown.
   std::vector<TensorEntry> TakeAllEntries();
   size_t entries_in_flight();
+  // Shape and dtype of this rank's entry for `name`; false if it has none.
+  bool Describe(const std::string& name, std::vector<int64_t>* shape, DataType* dtype);
 
  private:
   std::mutex mu_;

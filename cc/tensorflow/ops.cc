@@ -3,6 +3,11 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
+// Every collective is stateful: Grappler must never constant-fold it (that
+// would run it at optimization time on one rank), merge two of them, or
+// prune one that other ranks still run. tf_ring/_library.py keeps
+// tf.function's automatic control dependencies from serializing them.
+
 namespace tf_ring {
 
 using ::tensorflow::shape_inference::InferenceContext;
@@ -33,6 +38,7 @@ REGISTER_OP("TfRingAllreduce")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
     .Output("reduced: T")
+    .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc("Reduces `tensor` across all ranks (tf_ring).");
 
@@ -41,6 +47,7 @@ REGISTER_OP("TfRingAllgather")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
     .Output("gathered: T")
+    .SetIsStateful()
     .SetShapeFn(FirstDimUnknown)
     .Doc("Concatenates `tensor` from all ranks along the first dimension, in rank order.");
 
@@ -50,6 +57,7 @@ REGISTER_OP("TfRingBroadcast")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
     .Output("broadcast: T")
+    .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc("Returns the root rank's `tensor` on every rank.");
 

@@ -43,10 +43,13 @@ void ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceS
     auto slice_begin = [&](int q) { return len * q / n; };
     auto slice_len = [&](int q) { return slice_begin(q + 1) - slice_begin(q); };
 
-    // 1. Stage the slices that the other ranks reduce.
+    // 1. Stage the slices that the other ranks reduce. Ranks >= 2 also
+    // stage their own: they add it after others' data, by which time an
+    // in-place output has overwritten it.
     char* staging = shm->input_area(me, buffer);
+    const bool stage_own = me >= 2;
     for (int q = 0; q < n; ++q) {
-      if (q == me) continue;
+      if (q == me && !stage_own) continue;
       ForEachPiece(spans, (first + slice_begin(q)) * elem, slice_len(q) * elem,
                    [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
                      std::memcpy(staging + slice_begin(q) * elem + rel, s.in + at, k);
@@ -59,15 +62,19 @@ void ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceS
     char* published = shm->result_area(me, buffer) + mine;
     ForEachPiece(spans, first * elem + mine, slice_len(me) * elem,
                  [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
+                   // Always combine in rank order, whoever reduces: results
+                   // are then bit-identical however tensors are fused or sliced.
                    char* dst = s.out + at;
-                   const char* acc = s.in + at;
-                   for (int q = 0; q < n; ++q) {
-                     if (q == me) continue;
-                     ReduceInto(dst, acc, shm->input_area(q, buffer) + mine + rel, k / elem,
-                                spec.dtype, spec.op);
-                     acc = dst;
+                   auto source = [&](int q) -> const char* {
+                     if (q == me && !stage_own) return s.in + at;
+                     return shm->input_area(q, buffer) + mine + rel;
+                   };
+                   if (n == 1) {
+                     if (dst != s.in + at) std::memcpy(dst, s.in + at, k);
+                   } else {
+                     ReduceInto(dst, source(0), source(1), k / elem, spec.dtype, spec.op);
+                     for (int q = 2; q < n; ++q) ReduceInto(dst, dst, source(q), k / elem, spec.dtype, spec.op);
                    }
-                   if (n == 1 && dst != acc) std::memcpy(dst, acc, k);
                    if (spec.integer_divisor > 1) DivideIntegers(dst, k / elem, spec.dtype, spec.integer_divisor);
                    ScaleBuffer(dst, k / elem, spec.dtype, spec.postscale);
                    std::memcpy(published + rel, dst, k);

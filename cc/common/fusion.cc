@@ -1,0 +1,45 @@
+#include "common/fusion.h"
+
+namespace tf_ring {
+
+namespace {
+bool Fusable(const Response& r) {
+  return !r.is_error() &&
+         (r.op == OpType::kAllreduce || r.op == OpType::kAllgather || r.op == OpType::kBroadcast);
+}
+
+bool SameBatchKey(const Response& a, const Response& b) {
+  return a.op == b.op && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
+         a.prescale == b.prescale && a.postscale == b.postscale && a.root_rank == b.root_rank;
+}
+}  // namespace
+
+std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t threshold,
+                                    const std::function<int64_t(const Response&)>& bytes_of) {
+  if (threshold <= 0 || responses.size() < 2) return responses;
+  std::vector<Response> out;
+  std::vector<int64_t> batch_bytes;  // parallel to `out`
+  out.reserve(responses.size());
+  for (Response& r : responses) {
+    const int64_t bytes = Fusable(r) ? bytes_of(r) : threshold + 1;
+    bool placed = false;
+    if (bytes <= threshold) {
+      for (size_t i = out.size(); i-- > 0;) {
+        if (Fusable(out[i]) && SameBatchKey(out[i], r) && batch_bytes[i] + bytes <= threshold) {
+          out[i].names.insert(out[i].names.end(), r.names.begin(), r.names.end());
+          out[i].sizes.insert(out[i].sizes.end(), r.sizes.begin(), r.sizes.end());
+          batch_bytes[i] += bytes;
+          placed = true;
+          break;
+        }
+      }
+    }
+    if (!placed) {
+      out.push_back(std::move(r));
+      batch_bytes.push_back(bytes);
+    }
+  }
+  return out;
+}
+
+}  // namespace tf_ring

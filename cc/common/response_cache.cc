@@ -1,0 +1,53 @@
+#include "common/response_cache.h"
+
+namespace tf_ring {
+
+bool SameRequest(const Request& a, const Request& b) {
+  return a.op == b.op && a.reduce_op == b.reduce_op && a.dtype == b.dtype && a.shape == b.shape &&
+         a.root_rank == b.root_rank && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.splits == b.splits && a.name == b.name;
+}
+
+ResponseCache::Lookup ResponseCache::Find(const Request& request, uint32_t* bit) const {
+  auto it = by_name_.find(request.name);
+  if (it == by_name_.end()) return Lookup::kMiss;
+  *bit = it->second;
+  return SameRequest(slots_[it->second].request, request) ? Lookup::kHit : Lookup::kInvalid;
+}
+
+void ResponseCache::Put(const Response& response, const Request& request) {
+  if (slots_.empty()) return;
+  uint32_t bit;
+  auto it = by_name_.find(request.name);
+  if (it != by_name_.end()) {
+    bit = it->second;
+  } else {
+    // First free slot, else the least recently used one; deterministic.
+    bit = 0;
+    bool found_free = false;
+    for (uint32_t i = 0; i < slots_.size(); ++i) {
+      if (!slots_[i].used) {
+        bit = i;
+        found_free = true;
+        break;
+      }
+      if (slots_[i].last_use < slots_[bit].last_use) bit = i;
+    }
+    if (!found_free) by_name_.erase(slots_[bit].request.name);
+    by_name_[request.name] = bit;
+  }
+  Slot& slot = slots_[bit];
+  slot.used = true;
+  slot.response = response;
+  slot.request = request;
+  slot.last_use = ++clock_;
+}
+
+void ResponseCache::Erase(uint32_t bit) {
+  Slot& slot = slots_[bit];
+  if (!slot.used) return;
+  by_name_.erase(slot.request.name);
+  slot = Slot();
+}
+
+}  // namespace tf_ring

@@ -1,0 +1,23 @@
+// Engine counters since init(), read by tf_ring.stats(). Updated before the
+// ops they count complete, so a caller that saw an op finish sees it counted.
+#ifndef TF_RING_COMMON_STATS_H_
+#define TF_RING_COMMON_STATS_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace tf_ring {
+
+struct EngineStats {
+  std::atomic<int64_t> cycles{0};
+  std::atomic<int64_t> negotiations{0};
+  std::atomic<int64_t> cache_hits{0};
+  std::atomic<int64_t> cache_misses{0};
+  std::atomic<int64_t> fused_batches{0};
+  std::atomic<int64_t> tensors{0};
+  std::atomic<int64_t> bytes{0};
+};
+
+}  // namespace tf_ring
+
+#endif  // TF_RING_COMMON_STATS_H_

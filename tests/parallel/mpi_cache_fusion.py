@@ -1,0 +1,187 @@
+"""Response cache, tensor fusion, the batching window and stats(): results
+must not depend on them, and the counters must show them working."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_ring as hvd
+from helpers import all_inputs
+
+
+def reinit(**env):
+    """Restarts the engine with TF_RING_* settings (read at init)."""
+    hvd.shutdown()
+    for key in ("TF_RING_CACHE_CAPACITY", "TF_RING_FUSION_THRESHOLD", "TF_RING_CYCLE_TIME"):
+        os.environ.pop(key, None)
+    os.environ.update({k: str(v) for k, v in env.items()})
+    hvd.init()
+
+
+@pytest.fixture(autouse=True)
+def default_engine():
+    yield
+    reinit()
+
+
+def delta(before, after):
+    return {k: after[k] - before[k] for k in before}
+
+
+MIXED = [(tf.float32, hvd.Sum), (tf.float32, hvd.Sum), (tf.int32, hvd.Sum), (tf.int64, hvd.Max),
+         (tf.float64, hvd.Average), (tf.int32, hvd.Sum), (tf.float32, hvd.Min), (tf.int64, hvd.Max)]
+
+
+def mixed_step():
+    """A step that all-reduces, all-gathers and broadcasts tensors of mixed
+    dtypes and ops in one graph, plus the expected values."""
+    size, rank = hvd.size(), hvd.rank()
+    inputs = [all_inputs((64 + 8 * i,), dtype, seed=50 + i) for i, (dtype, _) in enumerate(MIXED)]
+
+    @tf.function
+    def step(xs):
+        reduced = [hvd.allreduce(x, op=op, name="mixed_%d" % i) for i, (x, (_, op)) in
+                   enumerate(zip(xs, MIXED))]
+        gathered = [hvd.allgather(tf.fill((rank + 1, 2), tf.cast(rank, d)), name="mixed_ag_%d" % i)
+                    for i, d in enumerate([tf.int32, tf.int32, tf.float32])]
+        bcast = [hvd.broadcast(x, root_rank=size - 1, name="mixed_bc_%d" % i) for i, x in enumerate(xs[:3])]
+        return reduced, gathered, bcast
+
+    def expected():
+        out = []
+        for inp, (dtype, op) in zip(inputs, MIXED):
+            stack = np.stack(inp).astype(np.float64)
+            value = {hvd.Sum: stack.sum(0), hvd.Max: stack.max(0), hvd.Min: stack.min(0),
+                     hvd.Average: stack.mean(0)}[op]
+            out.append(value)
+        return out
+
+    feed = [tf.constant(inp[rank]) for inp in inputs]
+    return step, feed, expected(), inputs
+
+
+def run_mixed(step, feed):
+    reduced, gathered, bcast = step(feed)
+    return ([r.numpy() for r in reduced], [g.numpy() for g in gathered], [b.numpy() for b in bcast])
+
+
+def check_mixed(results, expected, inputs):
+    reduced, gathered, bcast = results
+    size = hvd.size()
+    for got, want, (dtype, _) in zip(reduced, expected, MIXED):
+        if dtype.is_integer:
+            np.testing.assert_array_equal(got, want.astype(got.dtype))
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+    rows = np.concatenate([np.full((r + 1, 2), r) for r in range(size)])
+    for g in gathered:
+        np.testing.assert_array_equal(g, rows)
+    for b, inp in zip(bcast, inputs[:3]):
+        np.testing.assert_array_equal(b, inp[size - 1])
+
+
+def test_steady_state_uses_cache_not_negotiation():
+    step, feed, expected, inputs = mixed_step()
+    for _ in range(3):
+        run_mixed(step, feed)  # warm-up: first step negotiates, later ones hit
+    before = hvd.stats()
+    for _ in range(5):
+        check_mixed(run_mixed(step, feed), expected, inputs)
+    d = delta(before, hvd.stats())
+    assert d["negotiations"] == 0, d
+    assert d["cache_misses"] == 0, d
+    assert d["cache_hits"] == 5 * 14, d
+    assert d["tensors"] == 5 * 14, d
+
+
+def test_cache_off_gives_identical_results_and_negotiates_every_time():
+    step, feed, expected, inputs = mixed_step()
+    with_cache = run_mixed(step, feed)
+    reinit(TF_RING_CACHE_CAPACITY=0)
+    before = hvd.stats()
+    without_cache = run_mixed(step, feed)
+    d = delta(before, hvd.stats())
+    assert d["cache_hits"] == 0 and d["cache_misses"] == 14 and d["negotiations"] >= 1, d
+    check_mixed(without_cache, expected, inputs)
+    for a, b in zip(with_cache[0] + with_cache[1] + with_cache[2],
+                    without_cache[0] + without_cache[1] + without_cache[2]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_shape_change_invalidates_and_stays_correct():
+    rank, size = hvd.rank(), hvd.size()
+    for step_index, length in enumerate([3, 3, 5, 5, 3, 1]):
+        before = hvd.stats()
+        x = tf.fill((length,), float(rank + step_index))
+        got = hvd.allreduce(x, op=hvd.Sum, name="changing_shape")
+        want = sum(r + step_index for r in range(size))
+        np.testing.assert_allclose(got.numpy(), np.full(length, want))
+        d = delta(before, hvd.stats())
+        changed = step_index in (0, 2, 4, 5)
+        assert d["cache_misses"] == (1 if changed else 0), (step_index, d)
+        assert d["cache_hits"] == (0 if changed else 1), (step_index, d)
+
+
+def test_dtype_change_under_same_name():
+    for dtype in (tf.float32, tf.int32, tf.float32):
+        got = hvd.allreduce(tf.ones(4, dtype), op=hvd.Sum, name="changing_dtype")
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got.numpy(), np.full(4, hvd.size()))
+
+
+def test_tiny_cache_evicts_and_stays_correct():
+    reinit(TF_RING_CACHE_CAPACITY=2)
+    for step in range(3):
+        for i in range(5):
+            got = hvd.allreduce(tf.constant([float(i + hvd.rank())]), op=hvd.Sum, name="evict_%d" % i)
+            assert got.numpy()[0] == sum(i + r for r in range(hvd.size()))
+
+
+def test_fused_equals_unfused_bit_for_bit():
+    reinit(TF_RING_CYCLE_TIME=20)  # 20 ms window: the whole step lands in one cycle
+    step, feed, expected, inputs = mixed_step()
+    before = hvd.stats()
+    fused = run_mixed(step, feed)
+    d = delta(before, hvd.stats())
+    assert d["fused_batches"] >= 1, d
+    check_mixed(fused, expected, inputs)
+
+    reinit(TF_RING_FUSION_THRESHOLD=0, TF_RING_CYCLE_TIME=20)
+    step, feed, expected, inputs = mixed_step()
+    before = hvd.stats()
+    unfused = run_mixed(step, feed)
+    assert delta(before, hvd.stats())["fused_batches"] == 0
+    for a, b in zip(fused[0] + fused[1] + fused[2], unfused[0] + unfused[1] + unfused[2]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_tensors_above_threshold_run_alone():
+    reinit(TF_RING_FUSION_THRESHOLD=4096, TF_RING_CYCLE_TIME=20)
+    sizes = [10, 20, 4000, 30, 2000]  # float32: 40 B .. 16 KB; two exceed 4 KB
+    inputs = [all_inputs((n,), tf.float32, seed=n) for n in sizes]
+
+    @tf.function
+    def step(xs):
+        return [hvd.allreduce(x, op=hvd.Sum, name="thr_%d" % i) for i, x in enumerate(xs)]
+
+    before = hvd.stats()
+    outs = step([tf.constant(inp[hvd.rank()]) for inp in inputs])
+    d = delta(before, hvd.stats())
+    for out, inp in zip(outs, inputs):
+        np.testing.assert_allclose(out.numpy(), np.sum(inp, axis=0), rtol=1e-5)
+    assert d["tensors"] == 5
+    # The three small ones fuse into one batch; the two big ones run alone.
+    assert d["fused_batches"] == 1, d
+
+
+def test_stats_bytes_and_tensors():
+    before = hvd.stats()
+    hvd.allreduce(tf.ones(1000, tf.float64), op=hvd.Sum, name="count_bytes")
+    hvd.broadcast(tf.ones(10, tf.int32), root_rank=0, name="count_bytes_bc")
+    d = delta(before, hvd.stats())
+    assert d["tensors"] == 2
+    assert d["bytes"] == 8000 + 40
+    assert d["cycles"] >= 1
+    assert set(hvd.stats()) >= {"cycles", "negotiations", "cache_hits", "cache_misses",
+                                "fused_batches", "tensors", "bytes"}
