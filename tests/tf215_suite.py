@@ -12,12 +12,13 @@ import tensorflow as tf
 from conftest import PARALLEL_DIR, REPO, run_parallel_pytest, run_under_launcher
 
 PARALLEL_FILES = ["mpi_v1_session.py", "mpi_tape.py", "mpi_exchange.py",
-                  "mpi_grouped_and_objects.py", "mpi_collectives.py", "mpi_mismatch_errors.py"]
+                  "mpi_grouped_and_objects.py", "mpi_collectives.py"]
 
 
 def test_suite_runs_on_tensorflow_2_15_with_keras_2_and_estimator():
     assert tf.__version__.startswith("2.15."), tf.__version__
-    assert tf.keras.__version__.startswith("2."), tf.keras.__version__
+    import keras
+    assert keras.__version__.startswith("2."), keras.__version__
     assert hasattr(tf, "estimator")
 
 
