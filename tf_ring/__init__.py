@@ -7,6 +7,14 @@ from tf_ring.basics import (NotInitializedError, build_info, cross_rank, cross_s
                             mpi_threads_supported, nccl_built, rank, reset_stats, shutdown, size,
                             stats)
 from tf_ring.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast
+from tf_ring.compression import Compression
+from tf_ring.distributed_optimizer import DistributedOptimizer
+from tf_ring.exchange import alltoall, reducescatter
+from tf_ring.grouped import grouped_allreduce
+from tf_ring.hooks import BroadcastGlobalVariablesHook
+from tf_ring.objects import allgather_object, broadcast_object
+from tf_ring.tape import DistributedGradientTape
+from tf_ring.variables import broadcast_variables
 from tf_ring import _gradients  # noqa: F401  (registers the gradients)
 
 __version__ = build_info().get("tf_ring_version", "unknown")

@@ -32,3 +32,41 @@ def _broadcast_grad(op, grad):
     if rank() != op.get_attr("root_rank"):
         return reduced * 0
     return reduced
+
+
+@tf.RegisterGradient("TfRingGroupedAllreduce")
+def _grouped_allreduce_grad(op, *grads):
+    # Like allreduce, member by member, and again as one group.
+    from tf_ring.grouped import grouped_allreduce
+    grads = [tf.zeros_like(x) if g is None else g for g, x in zip(grads, op.inputs)]
+    return grouped_allreduce(grads, op=op.get_attr("reduce_op"),
+                             prescale_factor=op.get_attr("prescale_factor"),
+                             postscale_factor=op.get_attr("postscale_factor"))
+
+
+@tf.RegisterGradient("TfRingAlltoall")
+def _alltoall_grad(op, grad, _received_splits_grad):
+    # Send every received row's gradient back to the rank it came from.
+    from tf_ring.exchange import alltoall
+    returned, _ = alltoall(grad, splits=op.outputs[1])
+    return [returned, None]
+
+
+@tf.RegisterGradient("TfRingReducescatter")
+def _reducescatter_grad(op, grad):
+    # Each rank's input fed every rank's block: gather the blocks' gradients
+    # and scale them as the forward pass scaled the input.
+    reduce_op = op.get_attr("reduce_op")
+    if reduce_op not in (_ops.Sum, _ops.Average):
+        raise NotImplementedError("the gradient of reducescatter is defined for Sum and Average "
+                                  "only, not %s" % _ops._REDUCE_OP_NAMES[reduce_op])
+    from tf_ring.basics import size
+    factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if reduce_op == _ops.Average:
+        factor /= size()
+    gathered = _ops.allgather(grad)
+    if factor == 1.0:
+        return gathered
+    if gathered.dtype.is_floating:
+        return gathered * tf.cast(factor, gathered.dtype)
+    return tf.cast(tf.cast(gathered, tf.float64) * factor, gathered.dtype)

@@ -68,7 +68,8 @@ def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fact
                          % (op,))
     if isinstance(tensor, tf.IndexedSlices):
         from tf_ring.sparse import allreduce_indexed_slices
-        return allreduce_indexed_slices(tensor, op=op, name=name)
+        return allreduce_indexed_slices(tensor, op=op, name=name, prescale_factor=prescale_factor,
+                                        postscale_factor=postscale_factor, compression=compression)
     tensor = _as_tensor(tensor, "allreduce", name)
     _check_dtype("allreduce", tensor, REDUCE_DTYPES, name)
     if compression is not None:

@@ -109,7 +109,7 @@ std::string Validate(const std::vector<Request>& by_rank, int size) {
         if (total != r.shape[0])
           return "splits on rank " + std::to_string(r.rank) + " " + ShapeString(r.splits) +
                  " sum to " + std::to_string(total) + " but the first dimension is " +
-                 std::to_string(r.shape[0]);
+                 std::to_string(r.shape[0]) + "; the splits must add up to the rows of the tensor";
       }
       return err;
     }
@@ -143,10 +143,15 @@ Response BuildResponse(const std::vector<Request>& by_rank, int size) {
 
   std::string err = Validate(by_rank, size);
   if (!err.empty()) {
+    // Disagreements start with "the <property> differs"; anything else is an
+    // argument that is wrong on its own (bad splits, root out of range).
+    const bool disagreement = err.find(" differs: ") != std::string::npos;
     resp.error = std::string(OpTypeName(first.op)) + " of tensor '" + first.name +
-                 "' does not match across ranks: " + err +
-                 ". Every rank must submit the same kind of request for a tensor name "
-                 "(or give different tensors different names).";
+                 (disagreement ? "' does not match across ranks: " : "' has invalid arguments: ") +
+                 err +
+                 (disagreement ? ". Every rank must submit the same kind of request for a tensor "
+                                 "name (or give different tensors different names)."
+                               : ". Fix the arguments passed on the ranks named above.");
     return resp;
   }
   if (first.op == OpType::kAllgather) {

@@ -136,6 +136,18 @@ Status Engine::Enqueue(TensorEntry entry, Request request) {
   return impl_->queue.Add(std::move(entry), std::move(request));
 }
 
+Status Engine::EnqueueGroup(std::vector<TensorEntry> entries, std::vector<Request> requests) {
+  std::lock_guard<std::mutex> lock(accept_mu_);
+  if (!accepting_) {
+    return Status::Precondition(
+        was_shut_down_
+            ? "tf_ring has been shut down; no more collectives can run in this process."
+            : "tf_ring is not initialized: call tf_ring.init() before any collective.");
+  }
+  for (auto& r : requests) r.rank = topology_.rank;
+  return impl_->queue.AddGroup(std::move(entries), std::move(requests));
+}
+
 void Engine::ResetStats() {
   for (auto* c : {&stats_.cycles, &stats_.negotiations, &stats_.cache_hits, &stats_.cache_misses,
                   &stats_.fused_batches, &stats_.tensors, &stats_.bytes}) {

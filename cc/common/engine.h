@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "common/message.h"
 #include "common/stats.h"
@@ -35,6 +36,8 @@ class Engine {
   bool running() const { return running_.load(); }
   // Fails with a clear message when not running or when the name is in flight.
   Status Enqueue(TensorEntry entry, Request request);
+  // Enqueues several collectives atomically (grouped allreduce).
+  Status EnqueueGroup(std::vector<TensorEntry> entries, std::vector<Request> requests);
 
   Topology topology() const { return topology_; }
   const EngineStats& stats() const { return stats_; }

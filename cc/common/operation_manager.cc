@@ -35,6 +35,8 @@ Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& ent
     case OpType::kAllreduce: return RunAllreduce(ctx, resp, entries);
     case OpType::kAllgather: return RunAllgather(ctx, resp, entries);
     case OpType::kBroadcast: return RunBroadcast(ctx, resp, entries);
+    case OpType::kAlltoall: return RunAlltoall(ctx, resp, entries);
+    case OpType::kReducescatter: return RunReducescatter(ctx, resp, entries);
     default:
       return Status::InvalidArgument(std::string(OpTypeName(resp.op)) +
                                      " is not supported by this build");

@@ -21,6 +21,29 @@ Status TensorQueue::Add(TensorEntry entry, Request request) {
   return Status::OK();
 }
 
+Status TensorQueue::AddGroup(std::vector<TensorEntry> entries, std::vector<Request> requests) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      bool repeated = entries_.count(entries[i].name) > 0;
+      for (size_t j = 0; j < i && !repeated; ++j) repeated = entries[j].name == entries[i].name;
+      if (repeated) {
+        return Status::InvalidArgument(
+            std::string(OpTypeName(entries[i].op)) + " of tensor '" + entries[i].name +
+            "': a collective with this name is already in flight on this rank. "
+            "Give concurrent collectives distinct names (the name= argument).");
+      }
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {
+      std::string name = entries[i].name;
+      entries_.emplace(std::move(name), std::move(entries[i]));
+      requests_.push_back(std::move(requests[i]));
+    }
+  }
+  cv_.notify_one();
+  return Status::OK();
+}
+
 void TensorQueue::WaitForWork(std::chrono::microseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [this] { return !requests_.empty() || woken_; });

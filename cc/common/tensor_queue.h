@@ -20,6 +20,8 @@ class TensorQueue {
  public:
   // Fails (and keeps nothing) when the name is already in flight on this rank.
   Status Add(TensorEntry entry, Request request);
+  // Adds all or nothing in one step, so one cycle sees the whole group.
+  Status AddGroup(std::vector<TensorEntry> entries, std::vector<Request> requests);
 
   // Blocks until a request is queued, Wake() is called, or `timeout` passes.
   void WaitForWork(std::chrono::microseconds timeout);

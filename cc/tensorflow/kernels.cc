@@ -1,8 +1,6 @@
 // CPU kernels: validate, allocate what is known, enqueue, return. The engine
 // thread finishes each op through the entry's callback.
-#include "common/engine.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/tensor_adapter.h"
+#include "tensorflow/collective_kernel.h"
 
 namespace tf_ring {
 
@@ -10,45 +8,10 @@ namespace tf = ::tensorflow;
 
 namespace {
 
-class CollectiveKernel : public tf::AsyncOpKernel {
- public:
-  explicit CollectiveKernel(tf::OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
-    // Without an explicit name, the graph node's name identifies the tensor:
-    // identical graphs give identical names on every rank.
-    if (tensor_name_.empty()) tensor_name_ = name();
-  }
-
- protected:
-  // Fills what every op shares and hands the pair to the engine.
-  void Submit(tf::OpKernelContext* ctx, DoneCallback done, OpType op, tf::Tensor* output,
-              Request request) {
-    const tf::Tensor& input = ctx->input(0);
-    request.op = op;
-    request.name = tensor_name_;
-    ToEngineDtype(input.dtype(), &request.dtype);
-    for (int d = 0; d < input.dims(); ++d) request.shape.push_back(input.dim_size(d));
-    TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, done);
-    Status s = Engine::Get().Enqueue(std::move(entry), std::move(request));
-    if (!s.ok()) {
-      ctx->SetStatus(ToTfStatus(s));
-      done();
-    }
-  }
-
-  std::string tensor_name_;
-};
-
 class AllreduceKernel : public CollectiveKernel {
  public:
   explicit AllreduceKernel(tf::OpKernelConstruction* c) : CollectiveKernel(c) {
-    int reduce_op;
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
-    OP_REQUIRES(c, reduce_op >= 0 && reduce_op <= static_cast<int>(ReduceOp::kProduct),
-                absl::InvalidArgumentError("reduce_op out of range: " + std::to_string(reduce_op)));
-    reduce_op_ = static_cast<ReduceOp>(reduce_op);
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    ReadReduceAttrs(c, &reduce_op_, &prescale_, &postscale_);
   }
 
   void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {

@@ -62,3 +62,48 @@ REGISTER_OP("TfRingBroadcast")
     .Doc("Returns the root rank's `tensor` on every rank.");
 
 }  // namespace tf_ring
+
+namespace tf_ring {
+
+REGISTER_OP("TfRingGroupedAllreduce")
+    .Attr("T: list({float16, bfloat16, float32, float64, int32, int64}) >= 0")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc("Reduces every tensor of the list across all ranks in one negotiation (tf_ring).");
+
+REGISTER_OP("TfRingAlltoall")
+    .Attr("T: {uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool}")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Input("splits: int32")
+    .Output("received: T")
+    .Output("received_splits: int32")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(FirstDimUnknown(c));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    })
+    .Doc("Sends splits[j] rows of `tensor` to rank j; returns the rows received, in rank "
+         "order, and how many came from each rank. Empty splits split evenly.");
+
+REGISTER_OP("TfRingReducescatter")
+    .Attr("T: {float16, bfloat16, float32, float64, int32, int64}")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Output("reduced: T")
+    .SetShapeFn(FirstDimUnknown)
+    .Doc("Reduces `tensor` across ranks and returns this rank's block of rows "
+         "(earlier ranks get the extra rows when they do not divide evenly).");
+
+}  // namespace tf_ring

@@ -32,7 +32,12 @@ bool ToEngineDtype(tf::DataType tf_dtype, DataType* out) {
 
 TensorEntry MakeEntry(tf::OpKernelContext* ctx, const std::string& name, OpType op,
                       tf::Tensor* output, tf::AsyncOpKernel::DoneCallback done) {
-  const tf::Tensor& input = ctx->input(0);
+  return MakeEntryForInput(ctx, 0, name, op, output, std::move(done));
+}
+
+TensorEntry MakeEntryForInput(tf::OpKernelContext* ctx, int index, const std::string& name, OpType op,
+                              tf::Tensor* output, tf::AsyncOpKernel::DoneCallback done) {
+  const tf::Tensor& input = ctx->input(index);
   TensorEntry e;
   e.name = name;
   e.op = op;

@@ -19,6 +19,10 @@ bool ToEngineDtype(::tensorflow::DataType tf_dtype, DataType* out);
 // calls `done`. `output` may be null (allocated later by the engine).
 TensorEntry MakeEntry(::tensorflow::OpKernelContext* ctx, const std::string& name, OpType op,
                       ::tensorflow::Tensor* output, ::tensorflow::AsyncOpKernel::DoneCallback done);
+// The same for input `index` (ops with several inputs, e.g. grouped allreduce).
+TensorEntry MakeEntryForInput(::tensorflow::OpKernelContext* ctx, int index, const std::string& name,
+                              OpType op, ::tensorflow::Tensor* output,
+                              ::tensorflow::AsyncOpKernel::DoneCallback done);
 
 }  // namespace tf_ring
 

@@ -37,6 +37,10 @@ Status RunAllgather(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries);
 Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries);
+Status RunAlltoall(const CollectiveContext& ctx, const Response& resp,
+                   std::vector<TensorEntry>& entries);
+Status RunReducescatter(const CollectiveContext& ctx, const Response& resp,
+                        std::vector<TensorEntry>& entries);
 
 // MPI takes int counts; these split larger transfers into int-sized pieces.
 int MpiAllreduceLarge(void* buf, int64_t count, MPI_Datatype type, size_t elem_size, MPI_Op op,

@@ -1,0 +1,57 @@
+// Base class of the tf_ring async kernels: resolves the tensor name and hands
+// an entry plus its request to the engine.
+#ifndef TF_RING_TENSORFLOW_COLLECTIVE_KERNEL_H_
+#define TF_RING_TENSORFLOW_COLLECTIVE_KERNEL_H_
+
+#include <string>
+
+#include "common/engine.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/tensor_adapter.h"
+
+namespace tf_ring {
+
+class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
+ public:
+  explicit CollectiveKernel(::tensorflow::OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
+    // Without an explicit name, the graph node's name identifies the tensor:
+    // identical graphs give identical names on every rank.
+    if (tensor_name_.empty()) tensor_name_ = name();
+  }
+
+ protected:
+  // Fills what every op shares (input 0) and hands the pair to the engine.
+  void Submit(::tensorflow::OpKernelContext* ctx, DoneCallback done, OpType op,
+              ::tensorflow::Tensor* output, Request request) {
+    const ::tensorflow::Tensor& input = ctx->input(0);
+    request.op = op;
+    request.name = tensor_name_;
+    ToEngineDtype(input.dtype(), &request.dtype);
+    for (int d = 0; d < input.dims(); ++d) request.shape.push_back(input.dim_size(d));
+    TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, done);
+    Status s = Engine::Get().Enqueue(std::move(entry), std::move(request));
+    if (!s.ok()) {
+      ctx->SetStatus(ToTfStatus(s));
+      done();
+    }
+  }
+
+  std::string tensor_name_;
+};
+
+// Reads the reduce_op / prescale_factor / postscale_factor attributes.
+inline void ReadReduceAttrs(::tensorflow::OpKernelConstruction* c, ReduceOp* op, float* prescale,
+                            float* postscale) {
+  int reduce_op;
+  OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
+  OP_REQUIRES(c, reduce_op >= 0 && reduce_op <= static_cast<int>(ReduceOp::kProduct),
+              absl::InvalidArgumentError("reduce_op out of range: " + std::to_string(reduce_op)));
+  *op = static_cast<ReduceOp>(reduce_op);
+  OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", prescale));
+  OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", postscale));
+}
+
+}  // namespace tf_ring
+
+#endif  // TF_RING_TENSORFLOW_COLLECTIVE_KERNEL_H_

@@ -1,0 +1,66 @@
+// Kernels whose output shape only the negotiation knows: alltoall and
+// reducescatter. Argument checks that involve other ranks (splits against
+// the size, root ranks) happen in the coordinator so every rank fails alike.
+#include "tensorflow/collective_kernel.h"
+
+namespace tf_ring {
+
+namespace tf = ::tensorflow;
+
+namespace {
+
+// Splits rows as evenly as possible; the first (rows % size) ranks get one more.
+std::vector<int64_t> EvenSplits(int64_t rows, int size) {
+  std::vector<int64_t> splits(size, rows / size);
+  for (int r = 0; r < rows % size; ++r) splits[r] += 1;
+  return splits;
+}
+
+class AlltoallKernel : public CollectiveKernel {
+ public:
+  using CollectiveKernel::CollectiveKernel;
+
+  void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
+    const tf::Tensor& splits = ctx->input(1);
+    OP_REQUIRES_ASYNC(ctx, splits.dims() == 1,
+                      absl::InvalidArgumentError("alltoall of tensor '" + tensor_name_ +
+                                                 "': splits must be a vector with one entry per rank"),
+                      done);
+    Request req;
+    if (splits.NumElements() > 0) {
+      auto values = splits.vec<int32_t>();
+      for (int64_t i = 0; i < splits.NumElements(); ++i) req.splits.push_back(values(i));
+    } else if (ctx->input(0).dims() > 0 && Engine::Get().running()) {
+      req.splits = EvenSplits(ctx->input(0).dim_size(0), Engine::Get().topology().size);
+    }
+    Submit(ctx, done, OpType::kAlltoall, nullptr, std::move(req));
+  }
+};
+
+class ReducescatterKernel : public CollectiveKernel {
+ public:
+  explicit ReducescatterKernel(tf::OpKernelConstruction* c) : CollectiveKernel(c) {
+    ReadReduceAttrs(c, &reduce_op_, &prescale_, &postscale_);
+  }
+
+  void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
+    Request req;
+    req.reduce_op = reduce_op_;
+    req.prescale = prescale_;
+    req.postscale = postscale_;
+    Submit(ctx, done, OpType::kReducescatter, nullptr, std::move(req));
+  }
+
+ private:
+  ReduceOp reduce_op_;
+  float prescale_, postscale_;
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("TfRingAlltoall").Device(tf::DEVICE_CPU).HostMemory("splits")
+                            .HostMemory("received_splits"),
+                        AlltoallKernel);
+REGISTER_KERNEL_BUILDER(Name("TfRingReducescatter").Device(tf::DEVICE_CPU), ReducescatterKernel);
+
+}  // namespace tf_ring

@@ -1,0 +1,63 @@
+"""broadcast_object and allgather_object: any picklable Python object.
+
+Objects are pickled (with cloudpickle when installed, so lambdas and local
+classes work) into uint8 tensors; a length goes first so receivers can size
+their buffers.
+"""
+import pickle
+
+import numpy as np
+import tensorflow as tf
+
+from tf_ring.basics import rank
+from tf_ring.ops import allgather, broadcast
+
+try:
+    import cloudpickle as _pickler
+except ImportError:  # plain pickle covers everything but lambdas and local classes
+    _pickler = pickle
+
+
+def _to_bytes(obj):
+    return np.frombuffer(_pickler.dumps(obj), dtype=np.uint8)
+
+
+def _from_bytes(array):
+    return pickle.loads(np.asarray(array, dtype=np.uint8).tobytes())
+
+
+def _run_eagerly(fn):
+    """Runs `fn` now and returns NumPy results, also from inside graphs or
+    with eager execution disabled (v1), where it uses a private session."""
+    with tf.init_scope():
+        if tf.executing_eagerly():
+            return tf.nest.map_structure(lambda t: t.numpy(), fn())
+    with tf.Graph().as_default() as graph:
+        outputs = fn()
+        with tf.compat.v1.Session(graph=graph) as session:
+            return session.run(outputs)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Returns root_rank's `obj` on every rank (the root gets its own object back)."""
+    name = name or "broadcast_object"
+    is_root = rank() == root_rank
+    payload = _to_bytes(obj) if is_root else None
+
+    length = _run_eagerly(lambda: broadcast(
+        tf.constant([payload.size if is_root else 0], tf.int64), root_rank, name=name + ".length"))
+    received = _run_eagerly(lambda: broadcast(
+        tf.constant(payload if is_root else np.zeros(int(length[0]), np.uint8)), root_rank,
+        name=name + ".data"))
+    return obj if is_root else _from_bytes(received)
+
+
+def allgather_object(obj, name=None):
+    """Returns a list with every rank's `obj`, in rank order."""
+    name = name or "allgather_object"
+    payload = _to_bytes(obj)
+    lengths = _run_eagerly(lambda: allgather(tf.constant([payload.size], tf.int64),
+                                             name=name + ".lengths"))
+    data = _run_eagerly(lambda: allgather(tf.constant(payload), name=name + ".data"))
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return [_from_bytes(data[offsets[r]:offsets[r + 1]]) for r in range(len(lengths))]
