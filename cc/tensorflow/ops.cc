@@ -61,10 +61,6 @@ REGISTER_OP("TfRingBroadcast")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc("Returns the root rank's `tensor` on every rank.");
 
-}  // namespace tf_ring
-
-namespace tf_ring {
-
 REGISTER_OP("TfRingGroupedAllreduce")
     .Attr("T: list({float16, bfloat16, float32, float64, int32, int64}) >= 0")
     .Attr("reduce_op: int")
@@ -73,6 +69,7 @@ REGISTER_OP("TfRingGroupedAllreduce")
     .Attr("tensor_name: string = ''")
     .Input("tensors: T")
     .Output("reduced: T")
+    .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
       return absl::OkStatus();
@@ -86,6 +83,7 @@ REGISTER_OP("TfRingAlltoall")
     .Input("splits: int32")
     .Output("received: T")
     .Output("received_splits: int32")
+    .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(FirstDimUnknown(c));
       c->set_output(1, c->Vector(c->UnknownDim()));
@@ -102,6 +100,7 @@ REGISTER_OP("TfRingReducescatter")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
     .Output("reduced: T")
+    .SetIsStateful()
     .SetShapeFn(FirstDimUnknown)
     .Doc("Reduces `tensor` across ranks and returns this rank's block of rows "
          "(earlier ranks get the extra rows when they do not divide evenly).");
