@@ -1,6 +1,9 @@
 #include "common/controller.h"
 
 #include <algorithm>
+#include <cstdio>
+
+#include "common/logging.h"
 
 namespace tf_ring {
 
@@ -10,6 +13,7 @@ namespace {
 // word, so a single MPI_BAND allreduce answers all three questions.
 constexpr uint64_t kFlagHasUncached = 1;
 constexpr uint64_t kFlagShutdown = 2;
+constexpr std::chrono::milliseconds kStallPoll(500);
 
 template <typename F>
 void ForEachBit(uint64_t word, size_t word_index, F fn) {
@@ -25,7 +29,15 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
                             CycleCounts* counts) {
   out->responses.clear();
   out->shutdown = false;
-  for (Request& r : new_requests) waiting_.push_back(std::move(r));
+  const auto now = Coordinator::Clock::now();
+  for (Request& r : new_requests) {
+    waiting_.push_back(std::move(r));
+    waiting_since_.push_back(now);
+  }
+  // A cache hit that other ranks leave waiting is demoted to a full request,
+  // so rank 0's stall inspector can see who is missing it.
+  const auto demote_after = std::chrono::duration<double>(
+      std::min(1.0, stall_.check_seconds > 0 ? stall_.check_seconds : 1.0));
 
   std::vector<Request> to_send;
   std::vector<Response> from_cache;
@@ -38,10 +50,18 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     std::vector<uint32_t> bits(waiting_.size(), 0);
     for (size_t i = 0; i < waiting_.size(); ++i) {
       lookups[i] = cache_.Find(waiting_[i], &bits[i]);
+      if (lookups[i] == ResponseCache::Lookup::kHit && now - waiting_since_[i] > demote_after) {
+        lookups[i] = ResponseCache::Lookup::kInvalid;
+      }
       const uint64_t mask = 1ULL << (bits[i] % 64);
       if (lookups[i] == ResponseCache::Lookup::kHit) vec[bits[i] / 64] |= mask;
       if (lookups[i] == ResponseCache::Lookup::kInvalid) vec[words + bits[i] / 64] &= ~mask;
       if (lookups[i] == ResponseCache::Lookup::kMiss) vec.back() &= ~kFlagHasUncached;
+    }
+    // Rank 0 holding partly submitted tensors asks for a round trip now and
+    // then, so its stall inspector runs even when every cycle hits the cache.
+    if (mpi_->rank() == 0 && !coordinator_.empty() && now - last_negotiation_ > kStallPoll) {
+      vec.back() &= ~kFlagHasUncached;
     }
     if (shutdown) vec.back() &= ~kFlagShutdown;
 
@@ -72,21 +92,25 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
       if (invalidated[bit]) cache_.Erase(bit);
     }
     std::vector<Request> still_waiting;
+    std::vector<Coordinator::Clock::time_point> still_since;
     for (size_t i = 0; i < waiting_.size(); ++i) {
       const bool hit = lookups[i] == ResponseCache::Lookup::kHit;
       if (hit && ready[bits[i]]) continue;  // runs this cycle
       if (hit && !invalidated[bits[i]]) {
         still_waiting.push_back(std::move(waiting_[i]));  // other ranks not there yet
+        still_since.push_back(waiting_since_[i]);
       } else {
         to_send.push_back(std::move(waiting_[i]));
       }
     }
     waiting_ = std::move(still_waiting);
+    waiting_since_ = std::move(still_since);
     counts->cache_hits += static_cast<int64_t>(from_cache.size());
     negotiate = !(vec.back() & kFlagHasUncached) || !(vec.back() & kFlagShutdown) || any_invalid;
   } else {
     to_send = std::move(waiting_);
     waiting_.clear();
+    waiting_since_.clear();
   }
 
   out->responses = std::move(from_cache);
@@ -98,6 +122,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   mine.requests = std::move(to_send);
   ResponseList agreed;
   Status status = Negotiate(mine, &agreed);
+  last_negotiation_ = now;
   counts->negotiations++;
   counts->cache_misses += static_cast<int64_t>(mine.requests.size());
   for (Response& resp : agreed.responses) {
@@ -110,6 +135,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     out->responses.push_back(std::move(resp));
   }
   out->shutdown = agreed.shutdown;
+  out->shutdown_reason = agreed.shutdown_reason;
   return status;
 }
 
@@ -181,7 +207,50 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
     }
   }
   out.responses = coordinator_.TakeReady();
+  InspectStalls(&out);
   return out;
+}
+
+void Controller::InspectStalls(ResponseList* out) {
+  if (stall_.check_seconds <= 0 && stall_.shutdown_seconds <= 0) return;
+  const auto now = Coordinator::Clock::now();
+  auto ranks = [](const std::vector<int>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s;
+  };
+  auto describe = [&](const StalledTensor& t) {
+    char waited[32];
+    std::snprintf(waited, sizeof(waited), "%.1f", t.waited_seconds);
+    return "tensor '" + t.name + "' has waited " + waited + " s: submitted by rank(s) " +
+           ranks(t.ready_ranks) + ", missing on rank(s) " + ranks(t.missing_ranks);
+  };
+  if (stall_.check_seconds > 0) {
+    const std::chrono::duration<double> period(stall_.check_seconds);
+    for (const StalledTensor& t : coordinator_.Stalled(period, now)) {
+      auto it = last_warned_.find(t.name);
+      if (it != last_warned_.end() && now - it->second < period) continue;
+      last_warned_[t.name] = now;
+      Log(LogLevel::kWarning, "stall: " + describe(t) +
+                                  ". One or more ranks may have skipped this collective, "
+                                  "be stuck, or have stopped early (see join()).");
+    }
+  }
+  if (stall_.shutdown_seconds > 0) {
+    std::vector<StalledTensor> stalled =
+        coordinator_.Stalled(std::chrono::duration<double>(stall_.shutdown_seconds), now);
+    if (stalled.empty()) return;
+    std::string reason = "stalled collective: " + describe(stalled[0]) +
+                         (stalled.size() > 1 ? " (and " + std::to_string(stalled.size() - 1) +
+                                                   " more)" : std::string()) +
+                         ". TF_RING_STALL_SHUTDOWN_TIME_SECONDS turned the stall into this error "
+                         "on every rank; make every rank run the same collectives.";
+    std::vector<std::string> names;
+    for (const auto& t : stalled) names.push_back(t.name);
+    for (Response& r : coordinator_.FailPending(names, reason)) out->responses.push_back(std::move(r));
+    out->shutdown = true;
+    out->shutdown_reason = reason;
+  }
 }
 
 }  // namespace tf_ring

@@ -16,6 +16,11 @@
 
 namespace tf_ring {
 
+struct StallConfig {
+  double check_seconds = 60;    // warn about tensors some ranks lack; 0: never
+  double shutdown_seconds = 0;  // turn such a stall into an error; 0: never
+};
+
 struct CycleCounts {
   int64_t negotiations = 0;
   int64_t cache_hits = 0;
@@ -24,8 +29,8 @@ struct CycleCounts {
 
 class Controller {
  public:
-  Controller(const MpiContext* mpi, size_t cache_capacity)
-      : mpi_(mpi), coordinator_(mpi->size()), cache_(cache_capacity) {}
+  Controller(const MpiContext* mpi, size_t cache_capacity, StallConfig stall)
+      : mpi_(mpi), coordinator_(mpi->size()), cache_(cache_capacity), stall_(stall) {}
 
   // Adds this cycle's new requests and returns, in the same order on every
   // rank, the responses that are ready everywhere.
@@ -36,11 +41,17 @@ class Controller {
   // Rank 0 round trip for `to_send`; fills `out` with the agreed responses.
   Status Negotiate(const RequestList& to_send, ResponseList* out);
   ResponseList Coordinate(const std::vector<RequestList>& all);
+  // Rank 0: warns about (and, past the limit, fails) tensors some ranks lack.
+  void InspectStalls(ResponseList* out);
 
   const MpiContext* mpi_;
   Coordinator coordinator_;
   ResponseCache cache_;
+  StallConfig stall_;
   std::vector<Request> waiting_;  // cache hits not yet ready on every rank
+  std::vector<Coordinator::Clock::time_point> waiting_since_;  // parallel to waiting_
+  std::unordered_map<std::string, Coordinator::Clock::time_point> last_warned_;
+  Coordinator::Clock::time_point last_negotiation_;
   std::unordered_map<std::string, Request> negotiating_;  // sent to rank 0, by name
 };
 

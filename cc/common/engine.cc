@@ -67,14 +67,18 @@ Engine& Engine::Get() {
 
 Status Engine::Init(const void* mpi_comm) {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
-  if (running_) return Status::OK();
-  if (thread_.joinable()) thread_.join();
+  if (running_ && accepting()) return Status::OK();
+  // The loop may have ended because another rank shut down: clean up and
+  // start afresh, as that rank's own init() expects.
+  StopLocked();
 
   auto impl = std::make_unique<Impl>();
   Status s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
   if (!s.ok()) return s;
   impl->controller = std::make_unique<Controller>(
-      &impl->mpi, static_cast<size_t>(EnvDouble("TF_RING_CACHE_CAPACITY", 1024)));
+      &impl->mpi, static_cast<size_t>(EnvDouble("TF_RING_CACHE_CAPACITY", 1024)),
+      StallConfig{EnvDouble("TF_RING_STALL_CHECK_TIME_SECONDS", 60),
+                  EnvDouble("TF_RING_STALL_SHUTDOWN_TIME_SECONDS", 0)});
   impl->fusion_threshold = static_cast<int64_t>(EnvDouble("TF_RING_FUSION_THRESHOLD", 64 << 20));
   ShmSegment* shm = nullptr;
   const char* use_shm = std::getenv("TF_RING_SHM");
@@ -104,6 +108,7 @@ Status Engine::Init(const void* mpi_comm) {
     std::lock_guard<std::mutex> accept(accept_mu_);
     accepting_ = true;
     was_shut_down_ = false;
+    stop_reason_.clear();
   }
   running_ = true;
   thread_ = std::thread(&Engine::Loop, this);
@@ -112,6 +117,15 @@ Status Engine::Init(const void* mpi_comm) {
 
 void Engine::Shutdown() {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  StopLocked();
+}
+
+bool Engine::accepting() {
+  std::lock_guard<std::mutex> lock(accept_mu_);
+  return accepting_;
+}
+
+void Engine::StopLocked() {
   if (!thread_.joinable()) return;
   shutdown_requested_ = true;
   impl_->queue.Wake();
@@ -124,13 +138,19 @@ void Engine::Shutdown() {
   was_shut_down_ = true;
 }
 
+Status Engine::NotAccepting() const {
+  if (!was_shut_down_ && !running_) {
+    return Status::Precondition("tf_ring is not initialized: call tf_ring.init() before any collective.");
+  }
+  return Status::Precondition("tf_ring has been shut down" +
+                              (stop_reason_.empty() ? std::string() : " (" + stop_reason_ + ")") +
+                              "; no more collectives can run in this process.");
+}
+
 Status Engine::Enqueue(TensorEntry entry, Request request) {
   std::lock_guard<std::mutex> lock(accept_mu_);
   if (!accepting_) {
-    return Status::Precondition(
-        was_shut_down_
-            ? "tf_ring has been shut down; no more collectives can run in this process."
-            : "tf_ring is not initialized: call tf_ring.init() before any collective.");
+    return NotAccepting();
   }
   request.rank = topology_.rank;
   return impl_->queue.Add(std::move(entry), std::move(request));
@@ -139,10 +159,7 @@ Status Engine::Enqueue(TensorEntry entry, Request request) {
 Status Engine::EnqueueGroup(std::vector<TensorEntry> entries, std::vector<Request> requests) {
   std::lock_guard<std::mutex> lock(accept_mu_);
   if (!accepting_) {
-    return Status::Precondition(
-        was_shut_down_
-            ? "tf_ring has been shut down; no more collectives can run in this process."
-            : "tf_ring is not initialized: call tf_ring.init() before any collective.");
+    return NotAccepting();
   }
   for (auto& r : requests) r.rank = topology_.rank;
   return impl_->queue.AddGroup(std::move(entries), std::move(requests));
@@ -180,12 +197,19 @@ void Engine::Loop() {
         std::move(responses.responses), s.fusion_threshold,
         [&s](const Response& r) { return s.PayloadBytes(r); });
     for (const Response& resp : batches) s.operations->Execute(resp, &s.queue, &stats_);
-    if (responses.shutdown) break;
+    if (responses.shutdown) {
+      if (!responses.shutdown_reason.empty()) {
+        Log(LogLevel::kError, responses.shutdown_reason);
+        failure = Status::Aborted(responses.shutdown_reason);
+      }
+      break;
+    }
   }
 
   {
     std::lock_guard<std::mutex> lock(accept_mu_);
     accepting_ = false;
+    stop_reason_ = failure.message();
   }
   // Collective teardown happens here, where every rank arrives together.
   s.shm.Release();

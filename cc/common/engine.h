@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -33,7 +34,12 @@ class Engine {
   Status Init(const void* mpi_comm);
   // Stops every rank's engine after the current cycle; pending ops fail.
   void Shutdown();
-  bool running() const { return running_.load(); }
+  // True while the engine accepts collectives (false once any rank's
+  // shutdown, or a stall error, stopped it).
+  bool running() { return running_.load() && accepting(); }
+  // True from init() until this process's own shutdown(): the topology
+  // stays readable after another rank stopped the engine.
+  bool started() const { return running_.load(); }
   // Fails with a clear message when not running or when the name is in flight.
   Status Enqueue(TensorEntry entry, Request request);
   // Enqueues several collectives atomically (grouped allreduce).
@@ -47,11 +53,17 @@ class Engine {
   Engine() = default;
   struct Impl;
   void Loop();
+  bool accepting();
+  // Shutdown's work; caller holds lifecycle_mu_.
+  void StopLocked();
+  // Why Enqueue refuses work (caller holds accept_mu_).
+  Status NotAccepting() const;
 
   std::mutex lifecycle_mu_;  // serializes Init/Shutdown
   std::mutex accept_mu_;     // makes "accepting" and "enqueued" one step
   bool accepting_ = false;
   bool was_shut_down_ = false;  // picks the right error text in Enqueue
+  std::string stop_reason_;     // why the loop stopped, when it was an error
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::thread thread_;

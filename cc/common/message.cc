@@ -6,7 +6,7 @@ namespace tf_ring {
 
 namespace {
 // Bumped whenever a field changes so that mixed builds fail loudly.
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;
 
 void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int32_t>(r.rank);
@@ -134,6 +134,7 @@ std::vector<char> ResponseList::Serialize() const {
   ByteWriter w;
   w.Put<uint32_t>(kWireVersion);
   w.Put<uint8_t>(shutdown ? 1 : 0);
+  w.PutString(shutdown_reason);
   w.Put<uint32_t>(static_cast<uint32_t>(responses.size()));
   for (const auto& r : responses) WriteResponse(r, &w);
   return std::move(w.bytes());
@@ -143,6 +144,7 @@ bool ResponseList::Parse(const char* data, size_t size, ResponseList* out) {
   ByteReader rd(data, size);
   if (rd.Get<uint32_t>() != kWireVersion) return false;
   out->shutdown = rd.Get<uint8_t>() != 0;
+  out->shutdown_reason = rd.GetString();
   uint32_t n = rd.Get<uint32_t>();
   out->responses.clear();
   for (uint32_t i = 0; i < n && rd.ok(); ++i) {

@@ -73,6 +73,7 @@ struct Response {
 struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
+  std::string shutdown_reason;  // set when the engine stops for an error (a stall)
 
   std::vector<char> Serialize() const;
   static bool Parse(const char* data, size_t size, ResponseList* out);

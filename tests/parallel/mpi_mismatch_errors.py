@@ -94,3 +94,31 @@ def test_unsupported_dtype_is_rejected_before_running():
         hvd.allreduce(tf.constant([1 + 2j], tf.complex64), name="complex")
     with pytest.raises(TypeError, match="string is not supported"):
         hvd.broadcast(tf.constant(["a"]), root_rank=0, name="strings")
+
+
+def test_same_name_twice_in_flight_fails_on_the_ranks_that_repeat_it():
+    # The last rank submits 'twice' a second late, which holds the first
+    # 'twice' in flight on every other rank while they submit it again.
+    import threading
+    import time
+    results = {}
+    if last_rank_differs():
+        time.sleep(1.0)
+        results["first"] = hvd.allreduce(tf.ones(3), op=hvd.Sum, name="twice")
+    else:
+        first = threading.Thread(
+            target=lambda: results.update(first=hvd.allreduce(tf.ones(3), op=hvd.Sum, name="twice")))
+        first.start()
+        time.sleep(0.3)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="'twice'.*already in flight"):
+            hvd.allreduce(tf.ones(3), op=hvd.Sum, name="twice")
+        first.join()
+    # The first submission was untouched by the rejected copy.
+    np.testing.assert_allclose(results["first"].numpy(), np.full(3, hvd.size()))
+
+
+def test_empty_and_scalar_tensors_everywhere():
+    assert hvd.allreduce(tf.constant(2.0), op=hvd.Sum, name="scalar_sum").numpy() == 2.0 * hvd.size()
+    assert hvd.broadcast(tf.constant(hvd.rank()), root_rank=0, name="scalar_bc").numpy() == 0
+    assert hvd.allgather(tf.zeros((0, 5)), name="empty_ag").shape == (0, 5)
+    assert hvd.broadcast(tf.zeros((0,)), root_rank=0, name="empty_bc").shape == (0,)

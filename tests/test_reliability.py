@@ -1,0 +1,65 @@
+"""Failure behaviour across real processes: stalls, a rank that dies, and
+shutdown or exit with collectives in flight. Never a hang."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, run_under_launcher
+
+JOBS = os.path.join(REPO, "tests", "jobs")
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_stall_warns_then_fails_every_rank(np):
+    env = {"TF_RING_STALL_CHECK_TIME_SECONDS": "1", "TF_RING_STALL_SHUTDOWN_TIME_SECONDS": "3"}
+    start = time.time()
+    result = run_under_launcher(np, [sys.executable, os.path.join(JOBS, "stall.py")], env=env,
+                                timeout=120)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert time.time() - start < 60
+    last = np - 1
+    # Rank 0 warns first, naming the tensor and who is missing it.
+    assert "stall: tensor 'lonely' has waited" in result.stderr
+    assert "missing on rank(s) %d" % last in result.stderr
+    lines = [l for l in result.stdout.splitlines() if l.startswith("rank ")]
+    assert len(lines) == np, result.stdout
+    for rank in range(np):
+        line = next(l for l in lines if l.startswith("rank %d:" % rank))
+        assert "ERROR" in line, line
+        assert "'lonely'" in line and "missing on rank(s) %d" % last in line, line
+    last_line = next(l for l in lines if l.startswith("rank %d:" % last))
+    assert "has been shut down" in last_line
+
+
+def _leftover(marker):
+    ps = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    return ps.stdout.split()
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_dead_rank_ends_job_fast_and_named(np):
+    script = os.path.join(JOBS, "dies_mid_training.py")
+    start = time.time()
+    result = run_under_launcher(np, [sys.executable, script], timeout=120)
+    elapsed = time.time() - start
+    assert result.returncode != 0
+    assert "tfringrun: rank 1 exited with code 137" in result.stderr, result.stderr[-3000:]
+    assert elapsed < 30, elapsed
+    time.sleep(1)
+    assert _leftover("dies_mid_training.py") == []
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_shutdown_and_exit_with_work_in_flight(np):
+    result = run_under_launcher(np, [sys.executable, os.path.join(JOBS, "exit_with_work_in_flight.py")],
+                                timeout=120)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "rank 0: shut down" in result.stdout
+    for rank in range(1, np):
+        line = next(l for l in result.stdout.splitlines() if l.startswith("rank %d: ABORTED:" % rank))
+        assert "tf_ring was shut down (on this or another rank)" in line, line
+    for rank in range(np):
+        assert "rank %d: exiting with work in flight" % rank in result.stdout
