@@ -311,3 +311,21 @@ def check_momentum_correction(k, sgd):
               callbacks=[hvd.callbacks.LearningRateScheduleCallback(0.05, 1.0), Record()])
     for got, before in zip(seen["slots"], slots_before):
         np.testing.assert_allclose(got, 0.5 * before, rtol=1e-6)
+
+
+def check_legacy_momentum_correction(k, legacy_sgd):
+    """Legacy optimizers keep momentum as a variable: it is scaled for the batch
+    where the lr changes and restored after it."""
+    x, y = global_data(2)
+    model = make_model(k)
+    model.compile(hvd.DistributedOptimizer(legacy_sgd(0.1, momentum=0.9)), loss="mse")
+    seen = []
+
+    class Record(k.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.append(float(np.asarray(self.model.optimizer.momentum)))
+
+    model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.LearningRateScheduleCallback(0.05, 1.0), Record()])
+    np.testing.assert_allclose(seen, [0.45, 0.9], rtol=1e-6)
+    assert float(np.asarray(model.optimizer.momentum)) == pytest.approx(0.9)
