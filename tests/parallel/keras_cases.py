@@ -69,10 +69,10 @@ def optimizer_variables(optimizer):
 
 # --- DistributedOptimizer ---------------------------------------------------------------------
 
-def check_matches_single_process(k, sgd, steps=3):
+def check_matches_single_process(k, sgd, steps=3, **compile_kwargs):
     x, y = global_data(steps)
     model = make_model(k)
-    model.compile(hvd.DistributedOptimizer(sgd(LR)), loss="mse")
+    model.compile(hvd.DistributedOptimizer(sgd(LR)), loss="mse", **compile_kwargs)
     model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, shuffle=False, verbose=0)
 
     reference = make_model(k)
@@ -86,6 +86,56 @@ def check_matches_single_process(k, sgd, steps=3):
     alone.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, shuffle=False, verbose=0)
     assert_weights_differ(model.get_weights(), alone.get_weights())
     assert int(model.optimizer.iterations.numpy()) == steps
+
+
+def check_custom_training_loop(k, sgd, steps=3):
+    """apply_gradients called from the user's own tf.function step."""
+    x, y = global_data(steps, seed=11)
+    model, reference = make_model(k), make_model(k)
+    optimizer, plain = hvd.DistributedOptimizer(sgd(LR)), sgd(LR)
+    loss_fn = k.losses.MeanSquaredError()
+
+    def make_step(net, opt):
+        @tf.function
+        def step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(yb, net(xb, training=True))
+            opt.apply_gradients(zip(tape.gradient(loss, net.trainable_variables),
+                                    net.trainable_variables))
+        return step
+
+    step, reference_step = make_step(model, optimizer), make_step(reference, plain)
+    xs, ys = shard(x), shard(y)
+    rows = PER_RANK_BATCH * hvd.size()
+    for i in range(steps):
+        step(xs[i * PER_RANK_BATCH:(i + 1) * PER_RANK_BATCH],
+             ys[i * PER_RANK_BATCH:(i + 1) * PER_RANK_BATCH])
+        reference_step(x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows])
+    assert_weights_close(model.get_weights(), reference.get_weights())
+
+
+def check_sparse_gradients(k, sgd, sparse_as_dense):
+    """An Embedding's IndexedSlices gradient is averaged like a dense one."""
+    rng = np.random.default_rng(13)
+    n = 2 * PER_RANK_BATCH * hvd.size()
+    tokens = rng.integers(0, 20, size=(n, 5)).astype(np.int32)
+    targets = rng.normal(size=(n, 1)).astype(np.float32)
+
+    def build():
+        net = k.Sequential([k.Input((5,), dtype="int32"), k.layers.Embedding(20, 4),
+                            k.layers.Flatten(), k.layers.Dense(1)])
+        weights_rng = np.random.default_rng(0)
+        net.set_weights([weights_rng.normal(0, 0.5, w.shape).astype(np.float32)
+                         for w in net.get_weights()])
+        return net
+
+    model, reference = build(), build()
+    model.compile(hvd.DistributedOptimizer(sgd(LR), sparse_as_dense=sparse_as_dense), loss="mse")
+    reference.compile(sgd(LR), loss="mse")
+    model.fit(shard(tokens), shard(targets), batch_size=PER_RANK_BATCH, shuffle=False, verbose=0)
+    reference.fit(tokens, targets, batch_size=PER_RANK_BATCH * hvd.size(), shuffle=False,
+                  verbose=0)
+    assert_weights_close(model.get_weights(), reference.get_weights())
 
 
 def check_keeps_optimizer_class_and_config(k, sgd):

@@ -11,8 +11,19 @@ import keras_cases as cases
 SGD = keras.optimizers.SGD
 
 
-def test_fit_matches_single_process_on_global_batch():
-    cases.check_matches_single_process(keras, SGD)
+@pytest.mark.parametrize("compile_kwargs", [{}, {"run_eagerly": True}, {"steps_per_execution": 3}],
+                         ids=["graph", "eager", "steps_per_execution"])
+def test_fit_matches_single_process_on_global_batch(compile_kwargs):
+    cases.check_matches_single_process(keras, SGD, **compile_kwargs)
+
+
+def test_custom_training_loop_matches_single_process():
+    cases.check_custom_training_loop(keras, SGD)
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_embedding_gradients(sparse_as_dense):
+    cases.check_sparse_gradients(keras, SGD, sparse_as_dense)
 
 
 def test_optimizer_keeps_class_and_config():

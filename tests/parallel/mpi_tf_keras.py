@@ -29,6 +29,15 @@ def test_fit_matches_single_process_on_global_batch(sgd):
     cases.check_matches_single_process(tf_keras, sgd)
 
 
+def test_custom_training_loop_matches_single_process():
+    cases.check_custom_training_loop(tf_keras, SGD)
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_embedding_gradients(sparse_as_dense):
+    cases.check_sparse_gradients(tf_keras, SGD, sparse_as_dense)
+
+
 def test_optimizer_keeps_class_and_config():
     cases.check_keeps_optimizer_class_and_config(tf_keras, SGD)
 
