@@ -2,8 +2,8 @@
 
 Model: an MLP of 8 Dense layers 1024 wide (256 inputs, 10 classes), plain SGD,
 16 samples per rank per step, synthetic data made in memory. Each side trains
-the same number of timed steps after a warm-up, and samples/s counts the
-samples of all ranks.
+a warm-up and then a few timed windows of the same number of steps in one
+fit(); the median window counts, and samples/s counts the samples of all ranks.
 
 Run (2 ranks; the script then starts the 2 MWMS workers itself, after the
 tf_ring ranks have stopped, so the two measurements never share the CPUs):
@@ -31,7 +31,9 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
     parser.add_argument("--warmup-steps", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=60, help="timed steps")
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per window")
+    parser.add_argument("--windows", type=int, default=3,
+                        help="timed windows; the median window is reported (the CPUs may be shared)")
     parser.add_argument("--skip-mwms", action="store_true")
     parser.add_argument("--mwms-worker", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -50,18 +52,20 @@ def synthetic_batch(rows, seed):
             rng.integers(0, CLASSES, size=(rows,)).astype(np.int64))
 
 
-def timed_fit(keras, model, dataset, args, steps_per_epoch_arg):
-    """Trains warmup + timed steps in one fit(); returns seconds for the timed steps."""
-    marks = {}
+def timed_fit(keras, model, dataset, args):
+    """Trains warm-up + windows * steps in one fit(); returns the median window's seconds."""
+    marks = []
 
-    class StartClock(keras.callbacks.Callback):
+    class Clock(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
-            if batch == args.warmup_steps:
-                marks["start"] = time.perf_counter()
+            done = batch - args.warmup_steps
+            if done >= 0 and done % args.steps == 0:
+                marks.append(time.perf_counter())
 
-    model.fit(dataset, epochs=1, verbose=0, shuffle=False, callbacks=[StartClock()],
-              **{steps_per_epoch_arg: args.warmup_steps + args.steps})
-    return time.perf_counter() - marks["start"]
+    model.fit(dataset, epochs=1, verbose=0, shuffle=False, callbacks=[Clock()],
+              steps_per_epoch=args.warmup_steps + args.windows * args.steps)
+    marks.append(time.perf_counter())
+    return float(np.median(np.diff(marks)))
 
 
 def run_tf_ring(args):
@@ -75,7 +79,7 @@ def run_tf_ring(args):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x, y = synthetic_batch(args.batch_size, seed=hvd.rank())
     dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
-    seconds = timed_fit(keras, model, dataset, args, "steps_per_epoch")
+    seconds = timed_fit(keras, model, dataset, args)
     samples_per_s = args.steps * args.batch_size * hvd.size() / seconds
     # The slowest rank decides the job's throughput.
     samples_per_s = float(hvd.allreduce(tf.constant(samples_per_s), op=hvd.Min, name="rate"))
@@ -100,7 +104,7 @@ def run_mwms_worker(args):
     dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    seconds = timed_fit(tf_keras, model, dataset.with_options(options), args, "steps_per_epoch")
+    seconds = timed_fit(tf_keras, model, dataset.with_options(options), args)
     print("MWMS_RESULT " + json.dumps({"samples_per_s": args.steps * args.batch_size * workers
                                        / seconds}), flush=True)
 
@@ -128,7 +132,7 @@ def run_mwms(args, workers):
                                          "task": {"type": "worker", "index": index}}))
         cmd = [sys.executable, os.path.abspath(__file__), "--mwms-worker", str(index),
                "--batch-size", str(args.batch_size), "--warmup-steps", str(args.warmup_steps),
-               "--steps", str(args.steps)]
+               "--steps", str(args.steps), "--windows", str(args.windows)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     results = []
@@ -158,8 +162,8 @@ def main():
     rows = [("tf_ring, Keras 3", tf_ring_rate)]
     if not args.skip_mwms:
         rows.append(("MultiWorkerMirroredStrategy, tf_keras", run_mwms(args, size)))
-    print("\nKeras fit, MLP %dx%d, batch %d per rank, %d ranks, %d timed steps"
-          % (DEPTH, WIDTH, args.batch_size, size, args.steps))
+    print("\nKeras fit, MLP %dx%d, batch %d per rank, %d ranks, median of %d windows of %d steps"
+          % (DEPTH, WIDTH, args.batch_size, size, args.windows, args.steps))
     print("| %-38s | %10s |" % ("setup", "samples/s"))
     print("|%s|%s|" % ("-" * 40, "-" * 12))
     for name, rate in rows:
