@@ -65,7 +65,9 @@ def timed_fit(keras, model, dataset, args):
     model.fit(dataset, epochs=1, verbose=0, shuffle=False, callbacks=[Clock()],
               steps_per_epoch=args.warmup_steps + args.windows * args.steps)
     marks.append(time.perf_counter())
-    return float(np.median(np.diff(marks)))
+    windows = np.diff(marks)
+    print("windows (s): %s" % " ".join("%.2f" % w for w in windows), file=sys.stderr, flush=True)
+    return float(np.median(windows))
 
 
 def run_tf_ring(args):

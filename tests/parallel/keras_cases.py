@@ -138,6 +138,33 @@ def check_sparse_gradients(k, sgd, sparse_as_dense):
     assert_weights_close(model.get_weights(), reference.get_weights())
 
 
+class HalfPrecision:
+    """A compression object as DistributedOptimizer expects; counts what it sends."""
+
+    def __init__(self):
+        self.compressed = 0
+
+    def compress(self, tensor):
+        self.compressed += 1
+        return tf.cast(tensor, tf.float16), tensor.dtype
+
+    def decompress(self, tensor, dtype):
+        return tf.cast(tensor, dtype)
+
+
+def check_compression(k, sgd, steps=2):
+    x, y = global_data(steps, seed=15)
+    compression = HalfPrecision()
+    model, reference = make_model(k), make_model(k)
+    model.compile(hvd.DistributedOptimizer(sgd(LR), compression=compression), loss="mse")
+    reference.compile(sgd(LR), loss="mse")
+    model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, shuffle=False, verbose=0)
+    reference.fit(x, y, batch_size=PER_RANK_BATCH * hvd.size(), shuffle=False, verbose=0)
+    assert compression.compressed == len(model.trainable_variables)  # once per gradient, traced
+    for a, e in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(a, e, rtol=1e-2, atol=2e-3)
+
+
 def check_keeps_optimizer_class_and_config(k, sgd):
     original = sgd(learning_rate=k.optimizers.schedules.ExponentialDecay(0.5, 10, 0.5))
     wrapped = hvd.DistributedOptimizer(original, backward_passes_per_step=2)

@@ -26,6 +26,10 @@ def test_embedding_gradients(sparse_as_dense):
     cases.check_sparse_gradients(keras, SGD, sparse_as_dense)
 
 
+def test_compression_object_is_used():
+    cases.check_compression(keras, SGD)
+
+
 def test_optimizer_keeps_class_and_config():
     cases.check_keeps_optimizer_class_and_config(keras, SGD)
 
