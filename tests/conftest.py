@@ -8,6 +8,11 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARALLEL_DIR = os.path.join(REPO, "tests", "parallel")
 
+# tests/parallel has its own conftest (also a module named "conftest"); if the
+# single-process run loaded it, `from conftest import ...` here would get that
+# one. Those files only run under the launcher, which names them directly.
+collect_ignore = ["parallel"]
+
 
 def tfringrun_cmd(np, *command):
     """Launcher flags may lead `command` (e.g. "--verbose")."""

@@ -1,0 +1,75 @@
+"""tf_ring.keras with Keras 3: DistributedOptimizer, callbacks, save/load, XLA.
+
+Every check compares against a single-process reference computed on each rank
+(see keras_cases.py).
+"""
+import keras
+import pytest
+
+import keras_cases as cases
+
+SGD = keras.optimizers.SGD
+
+
+@pytest.mark.parametrize("compile_kwargs", [{}, {"run_eagerly": True}, {"steps_per_execution": 3}],
+                         ids=["graph", "eager", "steps_per_execution"])
+def test_fit_matches_single_process_on_global_batch(compile_kwargs):
+    cases.check_matches_single_process(keras, SGD, **compile_kwargs)
+
+
+def test_custom_training_loop_matches_single_process():
+    cases.check_custom_training_loop(keras, SGD)
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_embedding_gradients(sparse_as_dense):
+    cases.check_sparse_gradients(keras, SGD, sparse_as_dense)
+
+
+def test_compression_object_is_used():
+    cases.check_compression(keras, SGD)
+
+
+def test_optimizer_keeps_class_and_config():
+    cases.check_keeps_optimizer_class_and_config(keras, SGD)
+
+
+@pytest.mark.parametrize("average_aggregated", [False, True])
+def test_backward_passes_per_step(average_aggregated):
+    cases.check_backward_passes(keras, SGD, average_aggregated)
+
+
+def test_save_and_load_model(tmp_path):
+    cases.check_save_and_load(keras, SGD, tmp_path, ".keras")
+
+
+def test_jit_compile_without_callbacks_raises_clear_error():
+    cases.check_jit_compile_without_callbacks_raises(keras, SGD)
+
+
+def test_jit_compile_turned_off_by_callback():
+    cases.check_jit_compile_turned_off_by_callback(keras, SGD)
+
+
+@pytest.mark.parametrize("prebuild", [False, True], ids=["lazy_state", "built_state"])
+@pytest.mark.parametrize("optimizer", ["adam", "momentum"])
+def test_broadcast_callback_equalizes_weights_and_optimizer_state(optimizer, prebuild):
+    make = {"adam": lambda: keras.optimizers.Adam(0.01),
+            "momentum": lambda: SGD(0.05, momentum=0.9)}[optimizer]
+    cases.check_broadcast_callback(keras, make, prebuild, "bcast_%s_%s" % (optimizer, prebuild))
+
+
+def test_metric_average_callback():
+    cases.check_metric_average(keras, SGD)
+
+
+def test_learning_rate_warmup_callback():
+    cases.check_warmup(keras, SGD)
+
+
+def test_learning_rate_schedule_callback():
+    cases.check_schedule(keras, SGD)
+
+
+def test_momentum_correction_scales_velocity():
+    cases.check_momentum_correction(keras, SGD)

@@ -1,0 +1,18 @@
+"""tf_ring for Keras 3 and tf_keras, with Horovod's names: `import tf_ring.keras as hvd`.
+
+The Keras flavour follows tf.keras: legacy tf_keras when TF_USE_LEGACY_KERAS=1,
+Keras 3 otherwise. DistributedOptimizer picks its behaviour from the optimizer
+it is given.
+"""
+from tf_ring.basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
+                            mpi_built, mpi_threads_supported, nccl_built, rank, shutdown, size)
+from tf_ring.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast
+from tf_ring.compression import Compression
+from tf_ring.keras import callbacks
+from tf_ring.keras._optimizer import DistributedOptimizer
+from tf_ring.keras._load import load_model
+
+__all__ = ["Compression", "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+           "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_threads_supported",
+           "Average", "Sum", "Min", "Max", "Product", "allreduce", "allgather", "broadcast",
+           "DistributedOptimizer", "load_model", "callbacks"]

@@ -1,0 +1,162 @@
+"""DistributedOptimizer: the user's optimizer class, with gradients averaged over ranks.
+
+The wrapper is a subclass of the user's optimizer class, made on the fly and
+named like it, so compile(), get_config()/from_config(), learning-rate
+schedules and model.save() see the optimizer they expect. Only the step that
+receives gradients changes: Keras 3's `apply` (called by apply_gradients from
+the trainer's train_step) and tf_keras's `apply_gradients` (called by minimize).
+All allreduces are issued in the train-step graph, where the engine fuses them.
+"""
+import tensorflow as tf
+
+from tf_ring import ops
+from tf_ring.keras import _flavor, _xla
+from tf_ring.keras._aggregation import LocalGradientAccumulator
+from tf_ring.keras._reduce import allreduce_gradients, to_dense
+
+
+class _Settings:
+    """What the wrapper needs at apply time; a plain object so Keras does not track it."""
+
+    def __init__(self, op, compression, backward_passes_per_step, average_aggregated_gradients,
+                 sparse_as_dense):
+        if op not in (ops.Average, ops.Sum):
+            raise ValueError("DistributedOptimizer: op must be tf_ring.Average or tf_ring.Sum, got %r"
+                             % (op,))
+        if int(backward_passes_per_step) < 1:
+            raise ValueError("DistributedOptimizer: backward_passes_per_step must be >= 1, got %r"
+                             % (backward_passes_per_step,))
+        self.op = op
+        self.compression = compression
+        self.passes = int(backward_passes_per_step)
+        # Horovod semantics: the locally summed gradients are divided by N only on request.
+        self.aggregate_scale = 1.0 / self.passes if average_aggregated_gradients else 1.0
+        self.sparse_as_dense = sparse_as_dense
+        self.accumulator = LocalGradientAccumulator(self.passes) if self.passes > 1 else None
+
+
+def _reduce(settings, grads, variables, postscale_factor=1.0):
+    return allreduce_gradients(grads, variables, settings.op, settings.compression,
+                               postscale_factor=postscale_factor)
+
+
+def _keras3_subclass(base):
+    class Keras3Distributed(base):
+        def apply(self, grads, trainable_variables=None):
+            _xla.raise_if_tracing_under_xla()
+            settings = self._tf_ring_settings
+            if trainable_variables is None:
+                variables = self._trainable_variables
+            else:
+                trainable_variables = list(trainable_variables)
+                variables = trainable_variables
+            grads = [None if g is None else to_dense(g) for g in grads]
+            if settings.accumulator is None:
+                return base.apply(self, _reduce(settings, grads, variables), trainable_variables)
+            if not self.built:
+                # Build outside the tf.cond below so slot variables are not made in a branch.
+                import keras
+                with keras.name_scope(self.name, caller=self):
+                    self.build(variables)
+
+            def reduce_and_apply(totals):
+                base.apply(self, _reduce(settings, totals, variables, settings.aggregate_scale),
+                           variables)
+
+            def count_skipped_pass():
+                self._iterations.assign_add(1)
+
+            settings.accumulator.step(grads, variables, reduce_and_apply, count_skipped_pass)
+
+    return Keras3Distributed
+
+
+def _tf_keras_subclass(base):
+    class TfKerasDistributed(base):
+        def apply_gradients(self, grads_and_vars, *args, **kwargs):
+            _xla.raise_if_tracing_under_xla()
+            settings = self._tf_ring_settings
+            pairs = list(grads_and_vars)
+            grads = [None if g is None else to_dense(g) for g, _ in pairs]
+            variables = [v for _, v in pairs]
+            if settings.accumulator is None:
+                reduced = _reduce(settings, grads, variables)
+                return base.apply_gradients(self, list(zip(reduced, variables)), *args, **kwargs)
+            with tf.init_scope():
+                iterations = self.iterations  # created here, not inside a cond branch
+
+            def reduce_and_apply(totals):
+                reduced = _reduce(settings, totals, variables, settings.aggregate_scale)
+                base.apply_gradients(self, list(zip(reduced, variables)), *args, **kwargs)
+
+            def count_skipped_pass():
+                iterations.assign_add(1)
+
+            settings.accumulator.step(grads, variables, reduce_and_apply, count_skipped_pass)
+            return iterations
+
+    return TfKerasDistributed
+
+
+_SUBCLASSES = {}
+
+
+def distributed_class(base):
+    """The tf_ring subclass of optimizer class `base` (one per base class)."""
+    if base not in _SUBCLASSES:
+        if _flavor.is_keras3_optimizer_class(base):
+            cls = _keras3_subclass(base)
+        elif _flavor.is_tf_keras_optimizer_class(base):
+            cls = _tf_keras_subclass(base)
+        else:
+            raise TypeError("tf_ring.keras.DistributedOptimizer takes a Keras 3 (keras.optimizers) "
+                            "or tf_keras optimizer, got %s" % base.__qualname__)
+        # Look like the user's class to serialization (class name and module).
+        cls.__name__ = base.__name__
+        cls.__qualname__ = base.__qualname__
+        cls.__module__ = base.__module__
+        cls.__doc__ = base.__doc__
+        _SUBCLASSES[base] = cls
+    return _SUBCLASSES[base]
+
+
+def _base_class(optimizer):
+    cls = type(optimizer)
+    if getattr(optimizer, "_tf_ring_settings", None) is not None:
+        raise ValueError("this optimizer is already a tf_ring DistributedOptimizer; wrap it once")
+    return cls
+
+
+def DistributedOptimizer(optimizer, op=ops.Average, compression=None, backward_passes_per_step=1,
+                         average_aggregated_gradients=False, sparse_as_dense=False):
+    """Returns a new optimizer of `optimizer`'s class, made from its config, that
+    averages (op=Average) or sums (op=Sum) gradients over all ranks before applying them.
+
+    compression: an object with compress(tensor) -> (tensor, ctx) and
+      decompress(tensor, ctx), such as tf_ring.Compression.fp16; None sends full precision.
+    backward_passes_per_step: sum gradients locally over this many calls and
+      reduce and apply on every Nth call; the optimizer's iterations count every call.
+    average_aggregated_gradients: divide those local sums by backward_passes_per_step.
+    sparse_as_dense: IndexedSlices gradients become dense tensors before the
+      allreduce (this version densifies them in any case).
+    """
+    settings = _Settings(op, compression, backward_passes_per_step, average_aggregated_gradients,
+                         sparse_as_dense)
+    cls = distributed_class(_base_class(optimizer))
+    wrapped = cls.from_config(optimizer.get_config())
+    wrapped._tf_ring_settings = settings
+    return wrapped
+
+
+def make_distributed_in_place(optimizer, **kwargs):
+    """Turns an existing optimizer (e.g. one just loaded with its state) into a
+    tf_ring one without rebuilding it, so its variables keep their values."""
+    settings = _Settings(kwargs.pop("op", ops.Average), kwargs.pop("compression", None),
+                         kwargs.pop("backward_passes_per_step", 1),
+                         kwargs.pop("average_aggregated_gradients", False),
+                         kwargs.pop("sparse_as_dense", False))
+    if kwargs:
+        raise TypeError("unexpected arguments: %s" % ", ".join(sorted(kwargs)))
+    optimizer.__class__ = distributed_class(_base_class(optimizer))
+    optimizer._tf_ring_settings = settings
+    return optimizer

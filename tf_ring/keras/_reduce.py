@@ -1,0 +1,36 @@
+"""Allreduce of a list of gradients, issued together so the engine can fuse them."""
+import tensorflow as tf
+
+from tf_ring import ops
+
+
+def to_dense(grad):
+    """IndexedSlices (e.g. from an Embedding) become dense tensors before the allreduce."""
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.convert_to_tensor(grad)
+    return grad
+
+
+def allreduce_gradients(grads, variables, op, compression, postscale_factor=1.0, name_prefix=""):
+    """Reduces every non-None gradient over ranks; None stays None.
+
+    In a graph each collective is named after its gradient tensor, which is
+    unique in the graph and identical on every rank. Eagerly (run_eagerly=True)
+    there is no such name, so each gets one from its position and variable.
+    """
+    eager = tf.executing_eagerly()
+    reduced = []
+    for index, (grad, var) in enumerate(zip(grads, variables)):
+        if grad is None:
+            reduced.append(None)
+            continue
+        name = None
+        if eager:
+            name = "tf_ring.keras.%sgrad.%d.%s" % (name_prefix, index, _variable_label(var))
+        reduced.append(ops.allreduce(to_dense(grad), op=op, name=name, compression=compression,
+                                     postscale_factor=postscale_factor))
+    return reduced
+
+
+def _variable_label(var):
+    return getattr(var, "path", None) or getattr(var, "name", "var")

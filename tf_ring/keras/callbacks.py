@@ -1,0 +1,199 @@
+"""Keras callbacks for tf_ring training; they work with Keras 3 and with tf_keras.
+
+Every callback here also turns XLA off for the train step of a model that
+trains with a tf_ring optimizer (see tf_ring.keras._xla).
+"""
+import numpy as np
+import tensorflow as tf
+
+from tf_ring import basics, ops
+from tf_ring.keras import _flavor, _xla
+from tf_ring.keras._broadcast import broadcast_variables
+from tf_ring.keras._learning_rate import MomentumCorrection, get_learning_rate, set_learning_rate
+
+_Callback = _flavor.keras_module().callbacks.Callback
+
+
+class _TfRingCallback(_Callback):
+    def set_model(self, model):
+        super().set_model(model)
+        # Keras calls set_model before it builds the train function.
+        _xla.turn_off_jit_for_training(model)
+
+
+class BroadcastGlobalVariablesCallback(_TfRingCallback):
+    """Makes model weights and optimizer state equal to root_rank's on every rank.
+
+    At train begin it builds the optimizer where Keras allows it (Keras 3) and
+    broadcasts the model's and the optimizer's variables, so the first step
+    already starts from the same state. Optimizers that create their slots at
+    the first apply (tf_keras) get a second broadcast after the first batch.
+    """
+
+    def __init__(self, root_rank, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.root_rank = root_rank
+        self._done = False
+        self._optimizer_variable_count = 0
+
+    def _optimizer_variables(self):
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is None:
+            return []
+        return list(optimizer.variables) if not callable(optimizer.variables) else list(
+            optimizer.variables())
+
+    def on_train_begin(self, logs=None):
+        if self._done:
+            return
+        optimizer = getattr(self.model, "optimizer", None)
+        if (optimizer is not None and _flavor.is_keras3_optimizer_class(type(optimizer))
+                and not optimizer.built):
+            optimizer.build(self.model.trainable_variables)
+        optimizer_variables = self._optimizer_variables()
+        broadcast_variables(list(self.model.variables) + optimizer_variables, self.root_rank,
+                            "broadcast_global_variables.begin")
+        self._optimizer_variable_count = len(optimizer_variables)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._done:
+            return
+        self._done = True
+        optimizer_variables = self._optimizer_variables()
+        if len(optimizer_variables) != self._optimizer_variable_count:
+            broadcast_variables(list(self.model.variables) + optimizer_variables, self.root_rank,
+                                "broadcast_global_variables.first_batch")
+
+
+class MetricAverageCallback(_TfRingCallback):
+    """Replaces every numeric value in the epoch-end logs with its mean over ranks.
+
+    Put it before callbacks that read the logs (checkpointing, early stopping,
+    LR reduction) so they all see the averaged values.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._average_fns = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not logs:
+            return
+        names = sorted(k for k, v in logs.items() if _is_number(v))
+        if not names:
+            return
+        values = [tf.constant(float(np.asarray(logs[k])), tf.float64) for k in names]
+        averaged = self._average_fn(tuple(names))(values)
+        for name, value in zip(names, averaged):
+            logs[name] = float(value.numpy())
+
+    def _average_fn(self, names):
+        if names not in self._average_fns:
+            @tf.function(autograph=False)
+            def average(values):
+                return [ops.allreduce(v, op=ops.Average, name="metric_average." + n)
+                        for n, v in zip(names, values)]
+            self._average_fns[names] = average
+        return self._average_fns[names]
+
+
+def _is_number(value):
+    try:
+        return np.asarray(value).size == 1 and np.issubdtype(np.asarray(value).dtype, np.number)
+    except (TypeError, ValueError):
+        return False
+
+
+class LearningRateScheduleCallback(_TfRingCallback):
+    """Sets lr = initial_lr * multiplier(epoch) from start_epoch until end_epoch (exclusive).
+
+    multiplier: a number (then the schedule is a staircase) or a function of the
+      epoch. staircase=True changes the lr at the start of each epoch with an
+      integer epoch; staircase=False changes it before every batch with a
+      fractional epoch, epoch + batch / steps_per_epoch.
+    momentum_correction: scale momentum by new_lr / old_lr for the step where the lr changes.
+    steps_per_epoch: batches per epoch; taken from fit()'s parameters when not given.
+    """
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial_lr = initial_lr
+        if callable(multiplier):
+            self.multiplier = multiplier
+        else:
+            constant = multiplier
+            self.multiplier = lambda epoch: constant
+            staircase = True
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.momentum_correction = momentum_correction
+        self.steps_per_epoch = steps_per_epoch
+        self.current_epoch = None
+        self._momentum = MomentumCorrection()
+
+    def _active(self, epoch):
+        return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
+
+    def _adjust(self, epoch):
+        optimizer = self.model.optimizer
+        old_lr = get_learning_rate(optimizer)
+        new_lr = self.initial_lr * self.multiplier(epoch)
+        set_learning_rate(optimizer, new_lr)
+        if self.momentum_correction and old_lr > 0:
+            self._momentum.apply(optimizer, new_lr / old_lr)
+
+    def on_train_begin(self, logs=None):
+        if self.steps_per_epoch is None:
+            self.steps_per_epoch = (self.params or {}).get("steps")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if not self._active(self.current_epoch):
+            return
+        if self.staircase:
+            if batch == 0:
+                self._adjust(self.current_epoch)
+            return
+        if not self.steps_per_epoch:
+            raise ValueError("%s needs steps_per_epoch: fit() did not report the number of steps "
+                             "per epoch; pass steps_per_epoch=..." % type(self).__name__)
+        self._adjust(self.current_epoch + float(batch) / self.steps_per_epoch)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._momentum.restore()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["learning_rate"] = get_learning_rate(self.model.optimizer)
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Raises the lr linearly from initial_lr / size() to initial_lr over warmup_epochs.
+
+    Large global batches train badly if they start at the full (size-scaled)
+    learning rate; this starts at the single-process rate and ramps up batch by
+    batch (Goyal et al., "Accurate, Large Minibatch SGD", 2017).
+    """
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
+                 verbose=0, *args, **kwargs):
+        self.warmup_epochs = warmup_epochs
+        self.verbose = verbose
+
+        def multiplier(epoch):
+            size = basics.size()
+            return (1.0 + epoch * (size - 1) / warmup_epochs) / size
+
+        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
+                         staircase=False, momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch, *args, **kwargs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.end_epoch - 1 and self.verbose > 0:
+            print("\nEpoch %d: finished gradual learning rate warmup to %g."
+                  % (epoch + 1, get_learning_rate(self.model.optimizer)))
