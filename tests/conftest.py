@@ -1,5 +1,6 @@
 """Shared helpers: launching a pytest file on N real processes under tfringrun."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -20,12 +21,23 @@ def tfringrun_cmd(np, *command):
 
 
 def run_under_launcher(np, command, timeout=600, env=None, cwd=REPO):
-    """Runs `command` on `np` ranks; returns the CompletedProcess."""
+    """Runs `command` on `np` ranks; returns the CompletedProcess. On timeout
+    the whole job (launcher, mpirun, ranks) is killed, never left behind."""
     full_env = dict(os.environ)
     full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     full_env.update(env or {})
-    return subprocess.run(tfringrun_cmd(np, *command), cwd=cwd, env=full_env, timeout=timeout,
-                          capture_output=True, text=True)
+    proc = subprocess.Popen(tfringrun_cmd(np, *command), cwd=cwd, env=full_env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # mpirun may give ranks their own process groups; the session holds all.
+        subprocess.run(["pkill", "-KILL", "-s", str(proc.pid)], check=False)
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail("job timed out after %d s (killed)\n--- stdout ---\n%s\n--- stderr ---\n%s"
+                    % (timeout, out[-8000:], err[-8000:]))
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def run_parallel_pytest(path, np, timeout=600, env=None, extra=()):
