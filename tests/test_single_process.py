@@ -21,10 +21,10 @@ def test_plain_python_is_one_rank():
         assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)
         print(hvd.allreduce(tf.constant([2.0, 4.0])).numpy().tolist(),
               hvd.allgather(tf.constant([[1, 2]])).numpy().tolist(),
-              hvd.broadcast(tf.constant(3), 0).numpy())
+              hvd.broadcast(tf.constant(3), 0).numpy(), hvd.join())
     """)
     assert result.returncode == 0, result.stderr
-    assert "[2.0, 4.0] [[1, 2]] 3" in result.stdout
+    assert "[2.0, 4.0] [[1, 2]] 3 0" in result.stdout
 
 
 def test_op_before_init_says_to_call_init():

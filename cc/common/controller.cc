@@ -42,7 +42,13 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   std::vector<Request> to_send;
   std::vector<Response> from_cache;
   bool negotiate = true;
-  if (cache_.capacity() > 0) {
+  if (joined_mode_) {
+    // Joined ranks hold none of these tensors, so the cache bits could never
+    // agree: everything goes through rank 0 until the join completes.
+    to_send = std::move(waiting_);
+    waiting_.clear();
+    waiting_since_.clear();
+  } else if (cache_.capacity() > 0) {
     const size_t words = (cache_.capacity() + 63) / 64;
     std::vector<uint64_t> vec(2 * words + 1, 0);
     std::fill(vec.begin() + words, vec.end(), ~0ULL);
@@ -129,13 +135,18 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     for (const std::string& name : resp.names) {
       auto it = negotiating_.find(name);
       if (it == negotiating_.end()) continue;
-      if (!resp.is_error() && resp.names.size() == 1) cache_.Put(resp, it->second);
+      // Joined-mode responses describe a moment, not a steady state: never cached.
+      if (!resp.is_error() && resp.names.size() == 1 && !resp.has_joined_ranks() &&
+          resp.op != OpType::kJoin) {
+        cache_.Put(resp, it->second);
+      }
       negotiating_.erase(it);
     }
     out->responses.push_back(std::move(resp));
   }
   out->shutdown = agreed.shutdown;
   out->shutdown_reason = agreed.shutdown_reason;
+  out->joined_mode = joined_mode_ = agreed.joined_mode;
   return status;
 }
 
@@ -207,6 +218,7 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
     }
   }
   out.responses = coordinator_.TakeReady();
+  out.joined_mode = coordinator_.joined_mode();
   InspectStalls(&out);
   return out;
 }

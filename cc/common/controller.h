@@ -53,6 +53,7 @@ class Controller {
   std::unordered_map<std::string, Coordinator::Clock::time_point> last_warned_;
   Coordinator::Clock::time_point last_negotiation_;
   std::unordered_map<std::string, Request> negotiating_;  // sent to rank 0, by name
+  bool joined_mode_ = false;  // from the last negotiation: identical on every rank
 };
 
 }  // namespace tf_ring

@@ -23,13 +23,13 @@ std::string RankList(const std::vector<int>& ranks) {
 }
 
 // "X on ranks 0, 2; Y on rank 1", grouping ranks by value in first-seen order.
-std::string Disagreement(const std::vector<std::string>& value_by_rank) {
+std::string Disagreement(const std::vector<std::string>& values, const std::vector<int>& ranks) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<int>> ranks_of;
-  for (size_t r = 0; r < value_by_rank.size(); ++r) {
-    auto& ranks = ranks_of[value_by_rank[r]];
-    if (ranks.empty()) order.push_back(value_by_rank[r]);
-    ranks.push_back(static_cast<int>(r));
+  for (size_t i = 0; i < values.size(); ++i) {
+    auto& group = ranks_of[values[i]];
+    if (group.empty()) order.push_back(values[i]);
+    group.push_back(ranks[i]);
   }
   std::ostringstream os;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -38,15 +38,18 @@ std::string Disagreement(const std::vector<std::string>& value_by_rank) {
   return os.str();
 }
 
-// Returns an empty string when every rank has the same value, else the
-// error text for `what`.
+// Returns an empty string when every submitting rank has the same value,
+// else the error text for `what`.
 template <typename F>
-std::string CheckSame(const std::vector<Request>& by_rank, const char* what, F value_of) {
+std::string CheckSame(const std::vector<Request>& submitted, const char* what, F value_of) {
   std::vector<std::string> values;
-  values.reserve(by_rank.size());
-  for (const auto& r : by_rank) values.push_back(value_of(r));
+  std::vector<int> ranks;
+  for (const auto& r : submitted) {
+    values.push_back(value_of(r));
+    ranks.push_back(r.rank);
+  }
   for (const auto& v : values) {
-    if (v != values[0]) return std::string(what) + " differs: " + Disagreement(values);
+    if (v != values[0]) return std::string(what) + " differs: " + Disagreement(values, ranks);
   }
   return std::string();
 }
@@ -162,7 +165,77 @@ Response BuildResponse(const std::vector<Request>& by_rank, int size) {
   return resp;
 }
 
+Response BuildResponse(const std::vector<Request>& by_rank, const std::vector<bool>& present,
+                       int size) {
+  std::vector<Request> submitted;
+  std::vector<int> joined;
+  for (int r = 0; r < size; ++r) {
+    if (present[r]) {
+      submitted.push_back(by_rank[r]);
+    } else {
+      joined.push_back(r);
+    }
+  }
+  if (joined.empty()) return BuildResponse(by_rank, size);
+
+  // Some ranks joined instead of submitting: they take part with no data.
+  const Request& first = submitted[0];
+  const std::string who = RankList(joined);
+  Response resp;
+  if (first.op == OpType::kAlltoall || first.op == OpType::kReducescatter) {
+    resp = BuildResponse(std::vector<Request>{first}, size);
+    resp.error = std::string(OpTypeName(first.op)) + " of tensor '" + first.name +
+                 "' cannot run after " + who + " called join(): it needs every rank's data. "
+                 "Run the last " + OpTypeName(first.op) + " before any rank joins.";
+    return resp;
+  }
+  resp = BuildResponse(submitted, size);
+  if (resp.is_error()) return resp;
+  if (first.op == OpType::kBroadcast && !present[first.root_rank]) {
+    resp.error = "broadcast of tensor '" + first.name + "' has root rank " +
+                 std::to_string(first.root_rank) + ", which already called join() and has no data "
+                 "to send. Broadcast from a rank that is still training.";
+    return resp;
+  }
+  if (first.op == OpType::kAllgather) {
+    resp.sizes.clear();
+    for (int r = 0; r < size; ++r) resp.sizes.push_back(present[r] ? by_rank[r].shape[0] : 0);
+  }
+  resp.contributors = static_cast<int32_t>(submitted.size());
+  resp.shapes.push_back(static_cast<int64_t>(first.shape.size()));
+  resp.shapes.insert(resp.shapes.end(), first.shape.begin(), first.shape.end());
+  return resp;
+}
+
+bool Coordinator::IsReady(const Pending& p) const {
+  for (int r = 0; r < size_; ++r) {
+    if (!p.present[r] && !joined_[r]) return false;
+  }
+  return true;
+}
+
+void Coordinator::Join(const Request& request) {
+  const int r = request.rank;
+  if (joined_[r]) return;
+  joined_[r] = true;
+  ++joined_count_;
+  last_joined_ = r;
+  join_name_ = request.name;
+  // Tensors that only this rank was missing can run now, without it.
+  for (auto& kv : table_) {
+    if (!kv.second.queued && IsReady(kv.second)) {
+      kv.second.queued = true;
+      ready_order_.push_back(kv.first);
+    }
+  }
+}
+
 void Coordinator::Add(const Request& request, Clock::time_point now) {
+  if (request.rank < 0 || request.rank >= size_) return;
+  if (request.op == OpType::kJoin) {
+    Join(request);
+    return;
+  }
   auto it = table_.find(request.name);
   if (it == table_.end()) {
     Pending p;
@@ -172,8 +245,7 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
     it = table_.emplace(request.name, std::move(p)).first;
   }
   Pending& p = it->second;
-  int r = request.rank;
-  if (r < 0 || r >= size_) return;
+  const int r = request.rank;
   if (p.present[r]) {
     p.duplicate_error = std::string(OpTypeName(request.op)) + " of tensor '" + request.name +
                         "': rank " + std::to_string(r) +
@@ -183,7 +255,11 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
   }
   p.by_rank[r] = request;
   p.present[r] = true;
-  if (++p.count == size_) ready_order_.push_back(request.name);
+  ++p.count;
+  if (!p.queued && IsReady(p)) {
+    p.queued = true;
+    ready_order_.push_back(request.name);
+  }
 }
 
 std::vector<Response> Coordinator::TakeReady() {
@@ -191,12 +267,23 @@ std::vector<Response> Coordinator::TakeReady() {
   out.reserve(ready_order_.size());
   for (const auto& name : ready_order_) {
     auto it = table_.find(name);
-    Response resp = BuildResponse(it->second.by_rank, size_);
+    Response resp = BuildResponse(it->second.by_rank, it->second.present, size_);
     if (!it->second.duplicate_error.empty()) resp.error = it->second.duplicate_error;
     out.push_back(std::move(resp));
     table_.erase(it);
   }
   ready_order_.clear();
+  if (joined_count_ == size_) {
+    // Everyone has joined: every rank's join() returns the last one to join.
+    Response done;
+    done.op = OpType::kJoin;
+    done.dtype = DataType::kInt32;
+    done.names.push_back(join_name_);
+    done.root_rank = last_joined_;
+    out.push_back(std::move(done));
+    joined_.assign(size_, false);
+    joined_count_ = 0;
+  }
   return out;
 }
 
@@ -205,11 +292,17 @@ std::vector<StalledTensor> Coordinator::Stalled(std::chrono::duration<double> af
   std::vector<StalledTensor> out;
   for (const auto& kv : table_) {
     const Pending& p = kv.second;
-    if (p.count == size_ || now - p.first_seen < after) continue;
+    if (p.queued || now - p.first_seen < after) continue;
     StalledTensor s;
     s.name = kv.first;
     s.waited_seconds = std::chrono::duration<double>(now - p.first_seen).count();
-    for (int r = 0; r < size_; ++r) (p.present[r] ? s.ready_ranks : s.missing_ranks).push_back(r);
+    for (int r = 0; r < size_; ++r) {
+      if (p.present[r]) {
+        s.ready_ranks.push_back(r);
+      } else if (!joined_[r]) {
+        s.missing_ranks.push_back(r);
+      }
+    }
     out.push_back(std::move(s));
   }
   return out;

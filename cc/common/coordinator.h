@@ -23,10 +23,12 @@ class Coordinator {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit Coordinator(int size) : size_(size) {}
+  explicit Coordinator(int size) : size_(size), joined_(size, false) {}
 
   // Records one request. A rank that asks twice for a name still pending
-  // turns that name into an error response.
+  // turns that name into an error response. A join request marks its rank
+  // as joined: from then on tensors are ready without it, and once every
+  // rank has joined, TakeReady ends with one join response.
   void Add(const Request& request, Clock::time_point now = Clock::now());
 
   // Responses for every name all ranks have asked for, in the order the
@@ -43,6 +45,8 @@ class Coordinator {
                                     const std::string& reason);
 
   bool empty() const { return table_.empty(); }
+  // Some rank has joined and the join has not completed.
+  bool joined_mode() const { return joined_count_ > 0; }
 
  private:
   struct Pending {
@@ -51,16 +55,30 @@ class Coordinator {
     int count = 0;
     Clock::time_point first_seen;
     std::string duplicate_error;
+    bool queued = false;  // already in ready_order_
   };
+
+  // Every rank has either submitted the tensor or joined.
+  bool IsReady(const Pending& p) const;
+  void Join(const Request& request);
 
   int size_;
   std::unordered_map<std::string, Pending> table_;
   std::vector<std::string> ready_order_;
+  std::vector<bool> joined_;
+  int joined_count_ = 0;
+  int last_joined_ = -1;
+  std::string join_name_;
 };
 
 // Checks that all ranks' requests for one name agree and builds the response
 // (or an error response naming what differs on which ranks).
 Response BuildResponse(const std::vector<Request>& by_rank, int size);
+// The same when only the ranks marked `present` submitted (the others have
+// joined): fills the joined-mode fields of the response, or fails the
+// collectives that cannot run without every rank's data.
+Response BuildResponse(const std::vector<Request>& by_rank, const std::vector<bool>& present,
+                       int size);
 
 }  // namespace tf_ring
 

@@ -175,15 +175,21 @@ void Engine::ResetStats() {
 void Engine::Loop() {
   Impl& s = *impl_;
   Status failure;
+  bool joined_here = false;  // this rank called join() and waits for the others
   for (;;) {
     // With collectives in flight, go straight to the next cycle: the peers
-    // we wait on arrive within it. Only a rank with nothing pending idles.
-    s.queue.WaitForWork(s.queue.entries_in_flight() > 0 ? std::chrono::microseconds(0) : kIdleWake);
+    // we wait on arrive within it. Only a rank with nothing pending idles;
+    // a joined rank waiting for the others counts as idle.
+    const size_t busy_above = joined_here ? 1 : 0;
+    s.queue.WaitForWork(s.queue.entries_in_flight() > busy_above ? std::chrono::microseconds(0)
+                                                                 : kIdleWake);
     s.queue.WaitForBurstEnd(s.batch_window);
 
+    std::vector<Request> requests = s.queue.TakeRequests();
+    for (const Request& r : requests) joined_here = joined_here || r.op == OpType::kJoin;
     ResponseList responses;
     CycleCounts counts;
-    Status st = s.controller->RunCycle(s.queue.TakeRequests(), shutdown_requested_.load(), &responses,
+    Status st = s.controller->RunCycle(std::move(requests), shutdown_requested_.load(), &responses,
                                        &counts);
     stats_.cycles++;
     stats_.negotiations += counts.negotiations;
@@ -196,7 +202,10 @@ void Engine::Loop() {
     std::vector<Response> batches = FuseResponses(
         std::move(responses.responses), s.fusion_threshold,
         [&s](const Response& r) { return s.PayloadBytes(r); });
-    for (const Response& resp : batches) s.operations->Execute(resp, &s.queue, &stats_);
+    for (const Response& resp : batches) {
+      if (resp.op == OpType::kJoin) joined_here = false;
+      s.operations->Execute(resp, &s.queue, &stats_);
+    }
     if (responses.shutdown) {
       if (!responses.shutdown_reason.empty()) {
         Log(LogLevel::kError, responses.shutdown_reason);

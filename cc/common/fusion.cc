@@ -4,7 +4,8 @@ namespace tf_ring {
 
 namespace {
 bool Fusable(const Response& r) {
-  return !r.is_error() &&
+  // Joined-mode responses run alone: joined ranks cannot size them locally.
+  return !r.is_error() && !r.has_joined_ranks() &&
          (r.op == OpType::kAllreduce || r.op == OpType::kAllgather || r.op == OpType::kBroadcast);
 }
 

@@ -6,7 +6,7 @@ namespace tf_ring {
 
 namespace {
 // Bumped whenever a field changes so that mixed builds fail loudly.
-constexpr uint32_t kWireVersion = 2;
+constexpr uint32_t kWireVersion = 3;
 
 void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int32_t>(r.rank);
@@ -53,6 +53,8 @@ void WriteResponse(const Response& r, ByteWriter* w) {
   w->Put<double>(r.prescale);
   w->Put<double>(r.postscale);
   w->PutVector(r.sizes);
+  w->Put<int32_t>(r.contributors);
+  w->PutVector(r.shapes);
 }
 
 bool ReadResponse(ByteReader* rd, Response* r) {
@@ -66,6 +68,8 @@ bool ReadResponse(ByteReader* rd, Response* r) {
   r->prescale = rd->Get<double>();
   r->postscale = rd->Get<double>();
   r->sizes = rd->GetVector<int64_t>();
+  r->contributors = rd->Get<int32_t>();
+  r->shapes = rd->GetVector<int64_t>();
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
       reduce_op > static_cast<uint8_t>(ReduceOp::kProduct) || !IsValidDataType(dtype)) {
     return false;
@@ -135,6 +139,7 @@ std::vector<char> ResponseList::Serialize() const {
   w.Put<uint32_t>(kWireVersion);
   w.Put<uint8_t>(shutdown ? 1 : 0);
   w.PutString(shutdown_reason);
+  w.Put<uint8_t>(joined_mode ? 1 : 0);
   w.Put<uint32_t>(static_cast<uint32_t>(responses.size()));
   for (const auto& r : responses) WriteResponse(r, &w);
   return std::move(w.bytes());
@@ -145,6 +150,7 @@ bool ResponseList::Parse(const char* data, size_t size, ResponseList* out) {
   if (rd.Get<uint32_t>() != kWireVersion) return false;
   out->shutdown = rd.Get<uint8_t>() != 0;
   out->shutdown_reason = rd.GetString();
+  out->joined_mode = rd.Get<uint8_t>() != 0;
   uint32_t n = rd.Get<uint32_t>();
   out->responses.clear();
   for (uint32_t i = 0; i < n && rd.ok(); ++i) {

@@ -66,14 +66,23 @@ struct Response {
   // Allgather: first dimension of every tensor on every rank,
   // laid out [tensor][rank]. Alltoall: rows rank i sends to rank j, [i][j].
   std::vector<int64_t> sizes;
+  // Set only while some rank has joined (see join()): the number of ranks
+  // that submitted the tensor (the Average divisor), and per tensor its
+  // shape as [ndims, dims...] so joined ranks can stand in with no data.
+  int32_t contributors = 0;
+  std::vector<int64_t> shapes;
 
   bool is_error() const { return !error.empty(); }
+  bool has_joined_ranks() const { return contributors > 0; }
 };
 
 struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
   std::string shutdown_reason;  // set when the engine stops for an error (a stall)
+  // Some rank has joined and not all have: every rank skips the response
+  // cache and negotiates through rank 0 until the join completes.
+  bool joined_mode = false;
 
   std::vector<char> Serialize() const;
   static bool Parse(const char* data, size_t size, ResponseList* out);

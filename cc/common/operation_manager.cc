@@ -5,9 +5,15 @@ namespace tf_ring {
 void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineStats* stats) {
   std::vector<TensorEntry> entries;
   entries.reserve(resp.names.size());
-  for (const auto& name : resp.names) {
+  size_t own = 0;  // entries this rank submitted (the rest stand in for a join)
+  for (size_t t = 0; t < resp.names.size(); ++t) {
     TensorEntry e;
-    if (queue->TakeEntry(name, &e)) entries.push_back(std::move(e));
+    if (queue->TakeEntry(resp.names[t], &e)) {
+      entries.push_back(std::move(e));
+      ++own;
+    } else if (resp.has_joined_ranks() && !resp.is_error()) {
+      entries.push_back(stand_ins_.Make(resp, t));
+    }
   }
 
   Status status;
@@ -24,9 +30,10 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   int64_t bytes = 0;
   for (auto& e : entries) bytes += e.NumBytes();
   stats->bytes += bytes;
-  stats->tensors += static_cast<int64_t>(entries.size());
+  stats->tensors += static_cast<int64_t>(own);
   if (entries.size() > 1) stats->fused_batches++;
   for (auto& e : entries) e.done(status);
+  stand_ins_.Clear();
 }
 
 Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& entries) {
@@ -37,6 +44,10 @@ Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& ent
     case OpType::kBroadcast: return RunBroadcast(ctx, resp, entries);
     case OpType::kAlltoall: return RunAlltoall(ctx, resp, entries);
     case OpType::kReducescatter: return RunReducescatter(ctx, resp, entries);
+    case OpType::kJoin:
+      // Every rank's join() returns the last rank to join.
+      for (auto& e : entries) *static_cast<int32_t*>(e.output) = resp.root_rank;
+      return Status::OK();
     default:
       return Status::InvalidArgument(std::string(OpTypeName(resp.op)) +
                                      " is not supported by this build");

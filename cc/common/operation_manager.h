@@ -4,6 +4,7 @@
 #define TF_RING_COMMON_OPERATION_MANAGER_H_
 
 #include "common/collectives/collectives.h"
+#include "common/joined_stand_in.h"
 #include "common/message.h"
 #include "common/mpi_context.h"
 #include "common/stats.h"
@@ -25,6 +26,7 @@ class OperationManager {
   const MpiContext* mpi_;
   ShmSegment* shm_;
   ScratchBuffer scratch_;
+  StandInStore stand_ins_;
 };
 
 }  // namespace tf_ring

@@ -1,6 +1,7 @@
 #include "common/reduce_kernels.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "common/half.h"
 
@@ -43,7 +44,43 @@ void Reduce16(void* dst, const void* a, const void* b, int64_t n, ReduceOp op) {
   }
 }
 
+template <typename T>
+T IdentityOf(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return T(0);
+    case ReduceOp::kProduct: return T(1);
+    case ReduceOp::kMin:
+      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::max();
+    case ReduceOp::kMax:
+      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::lowest();
+  }
+  return T(0);
+}
+
+template <typename T>
+void Fill(void* buf, int64_t n, T value) {
+  T* d = static_cast<T*>(buf);
+  for (int64_t i = 0; i < n; ++i) d[i] = value;
+}
+
 }  // namespace
+
+void FillIdentity(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kFloat32: Fill(buf, count, IdentityOf<float>(op)); break;
+    case DataType::kFloat64: Fill(buf, count, IdentityOf<double>(op)); break;
+    case DataType::kInt32: Fill(buf, count, IdentityOf<int32_t>(op)); break;
+    case DataType::kInt64: Fill(buf, count, IdentityOf<int64_t>(op)); break;
+    case DataType::kUint8: Fill(buf, count, IdentityOf<uint8_t>(op)); break;
+    case DataType::kInt8: Fill(buf, count, IdentityOf<int8_t>(op)); break;
+    case DataType::kFloat16: Fill(buf, count, FloatToHalf(IdentityOf<float>(op))); break;
+    case DataType::kBFloat16: Fill(buf, count, FloatToBFloat16(IdentityOf<float>(op))); break;
+    case DataType::kBool: Fill(buf, count, static_cast<uint8_t>(0)); break;
+  }
+}
 
 void ReduceInto(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op) {
   switch (dtype) {

@@ -13,6 +13,10 @@ namespace tf_ring {
 // `dst` may alias `a`. Average combines like Sum (scaling happens after).
 void ReduceInto(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op);
 
+// Fills `buf` with the value that leaves `op` unchanged (0 for Sum and
+// Average, 1 for Product, the largest value for Min, the lowest for Max).
+void FillIdentity(void* buf, int64_t count, DataType dtype, ReduceOp op);
+
 }  // namespace tf_ring
 
 #endif  // TF_RING_COMMON_REDUCE_KERNELS_H_

@@ -105,4 +105,11 @@ REGISTER_OP("TfRingReducescatter")
     .Doc("Reduces `tensor` across ranks and returns this rank's block of rows "
          "(earlier ranks get the extra rows when they do not divide evenly).");
 
+REGISTER_OP("TfRingJoin")
+    .Output("last_joined_rank: int32")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc("Tells the other ranks this one has no more data; returns, once every rank has "
+         "joined, the rank that joined last.");
+
 }  // namespace tf_ring

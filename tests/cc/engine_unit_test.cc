@@ -187,6 +187,70 @@ static void TestCoordinatorDuplicateAndStall() {
   CHECK(failed.size() == 1 && failed[0].error == "stalled" && c.empty());
 }
 
+static Request JoinRequest(int rank) {
+  Request r = MakeRequest(rank, "tf_ring.join", {});
+  r.op = OpType::kJoin;
+  return r;
+}
+
+static void TestCoordinatorJoin() {
+  Coordinator c(3);
+  c.Add(MakeRequest(0, "g", {2, 4}));
+  c.Add(MakeRequest(2, "g", {2, 4}));
+  CHECK(c.TakeReady().empty() && !c.joined_mode());
+  c.Add(JoinRequest(1));  // rank 1 is out of data: "g" can run without it
+  std::vector<Response> ready = c.TakeReady();
+  CHECK(ready.size() == 1 && !ready[0].is_error() && c.joined_mode());
+  CHECK(ready[0].contributors == 2);
+  CHECK((ready[0].shapes == std::vector<int64_t>{2, 2, 4}));
+
+  Request g0 = MakeRequest(0, "rows", {3, 2});
+  g0.op = OpType::kAllgather;
+  Request g2 = MakeRequest(2, "rows", {1, 2});
+  g2.op = OpType::kAllgather;
+  c.Add(g0);
+  c.Add(g2);
+  ready = c.TakeReady();
+  CHECK(ready.size() == 1 && (ready[0].sizes == std::vector<int64_t>{3, 0, 1}));
+
+  Request b = MakeRequest(0, "b", {2});
+  b.op = OpType::kBroadcast;
+  b.root_rank = 1;
+  Request b2 = b;
+  b2.rank = 2;
+  c.Add(b);
+  c.Add(b2);
+  ready = c.TakeReady();
+  CHECK(ready.size() == 1 && Contains(ready[0].error, "root rank 1, which already called join()"));
+
+  Request t = MakeRequest(0, "t", {3});
+  t.op = OpType::kAlltoall;
+  t.splits = {1, 1, 1};
+  Request t2 = t;
+  t2.rank = 2;
+  c.Add(t);
+  c.Add(t2);
+  ready = c.TakeReady();
+  CHECK(ready.size() == 1 && Contains(ready[0].error, "cannot run after rank 1 called join()"));
+
+  // A stall names only ranks that neither submitted nor joined.
+  auto t0 = Coordinator::Clock::now();
+  c.Add(MakeRequest(0, "s", {1}), t0);
+  auto stalled = c.Stalled(std::chrono::seconds(1), t0 + std::chrono::seconds(2));
+  CHECK(stalled.size() == 1 && (stalled[0].missing_ranks == std::vector<int>{2}));
+
+  c.Add(JoinRequest(2));  // "s" now only lacks joined ranks
+  c.Add(JoinRequest(0));
+  ready = c.TakeReady();
+  CHECK(ready.size() == 2 && ready[0].names[0] == "s" && ready[0].contributors == 1);
+  CHECK(ready[1].op == OpType::kJoin && ready[1].root_rank == 0);  // rank 0 joined last
+  CHECK(!c.joined_mode() && c.empty());
+
+  // After the join completes, tensors need every rank again.
+  c.Add(MakeRequest(0, "x", {1}));
+  CHECK(c.TakeReady().empty());
+}
+
 static void TestHalfConversions() {
   const float exact[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f /* min normal */,
                          5.960464477539063e-08f /* min subnormal */, 0.333251953125f};
@@ -218,6 +282,7 @@ int main() {
   TestCoordinatorMismatchMessages();
   TestCoordinatorAllgatherSizesAndAlltoallSplits();
   TestCoordinatorDuplicateAndStall();
+  TestCoordinatorJoin();
   TestHalfConversions();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;

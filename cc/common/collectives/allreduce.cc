@@ -10,7 +10,13 @@
 namespace tf_ring {
 
 namespace {
+// Average divides by the ranks that contributed: joined ranks add nothing.
+int AverageDivisor(const Response& resp, int size) {
+  return resp.has_joined_ranks() ? resp.contributors : size;
+}
+
 void ApplyPostscale(void* buf, int64_t count, const Response& resp, int size) {
+  size = AverageDivisor(resp, size);
   double factor = resp.postscale;
   if (resp.reduce_op == ReduceOp::kAverage) {
     if (IsFloatingPoint(resp.dtype)) {
@@ -38,7 +44,7 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
     }
     spans.push_back(s);
   }
-  const int size = ctx.mpi->size();
+  const int size = AverageDivisor(resp, ctx.mpi->size());
   const bool average = resp.reduce_op == ReduceOp::kAverage;
   ReduceSpec spec{resp.dtype, resp.reduce_op, resp.postscale, 1};
   if (average && IsFloatingPoint(resp.dtype)) spec.postscale /= size;

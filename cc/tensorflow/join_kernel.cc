@@ -1,0 +1,46 @@
+// join(): this rank stops submitting collectives; the engine stands in for it
+// (zeros to reductions, no rows to allgathers) until every rank has joined.
+#include "tensorflow/collective_kernel.h"
+
+namespace tf_ring {
+
+namespace tf = ::tensorflow;
+
+namespace {
+
+// One name for every rank's join, so the coordinator sees one request per rank.
+constexpr char kJoinTensorName[] = "tf_ring.join";
+
+class JoinKernel : public tf::AsyncOpKernel {
+ public:
+  using AsyncOpKernel::AsyncOpKernel;
+
+  void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
+    tf::Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, tf::TensorShape({}), &output), done);
+    TensorEntry entry;
+    entry.name = kJoinTensorName;
+    entry.op = OpType::kJoin;
+    entry.dtype = DataType::kInt32;
+    entry.output = const_cast<char*>(output->tensor_data().data());
+    entry.done = [ctx, done](const Status& s) {
+      if (!s.ok()) ctx->SetStatus(ToTfStatus(s));
+      done();
+    };
+    Request request;
+    request.op = OpType::kJoin;
+    request.dtype = DataType::kInt32;
+    request.name = kJoinTensorName;
+    Status s = Engine::Get().Enqueue(std::move(entry), std::move(request));
+    if (!s.ok()) {
+      ctx->SetStatus(ToTfStatus(s));
+      done();
+    }
+  }
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("TfRingJoin").Device(tf::DEVICE_CPU), JoinKernel);
+
+}  // namespace tf_ring
