@@ -13,6 +13,7 @@ from tf_ring.exchange import alltoall, reducescatter
 from tf_ring.grouped import grouped_allreduce
 from tf_ring.hooks import BroadcastGlobalVariablesHook
 from tf_ring.join import join
+from tf_ring.timeline_control import start_timeline, stop_timeline
 from tf_ring.objects import allgather_object, broadcast_object
 from tf_ring.tape import DistributedGradientTape
 from tf_ring.variables import broadcast_variables

@@ -46,6 +46,9 @@ def _declare_c_api(cdll):
     cdll.tf_ring_stats.argtypes = [c.POINTER(c.c_int64), c.c_int]
     cdll.tf_ring_stats.restype = c.c_int
     cdll.tf_ring_reset_stats.restype = None
+    cdll.tf_ring_start_timeline.argtypes = [c.c_char_p, c.c_int, c.c_char_p, c.c_int]
+    cdll.tf_ring_start_timeline.restype = c.c_int
+    cdll.tf_ring_stop_timeline.restype = None
     return cdll
 
 

@@ -56,4 +56,13 @@ int tf_ring_stats(int64_t* out, int n) {
 
 void tf_ring_reset_stats() { Engine::Get().ResetStats(); }
 
+// Returns 0 on success; otherwise writes the reason into `error`.
+int tf_ring_start_timeline(const char* path, int mark_cycles, char* error, int error_len) {
+  tf_ring::Status s = Engine::Get().StartTimeline(path ? path : "", mark_cycles != 0);
+  if (!s.ok()) CopyMessage(s.message(), error, error_len);
+  return s.ok() ? 0 : 1;
+}
+
+void tf_ring_stop_timeline() { Engine::Get().StopTimeline(); }
+
 }  // extern "C"

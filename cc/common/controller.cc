@@ -91,6 +91,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
       ForEachBit(vec[w] & vec[words + w], w, [&](uint32_t bit) {
         ready[bit] = true;
         from_cache.push_back(cache_.Get(bit));
+        from_cache.back().from_cache = true;
         cache_.Touch(bit);
       });
     }
@@ -132,6 +133,12 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   counts->negotiations++;
   counts->cache_misses += static_cast<int64_t>(mine.requests.size());
   for (Response& resp : agreed.responses) {
+    auto facts = arrivals_.find(resp.names[0]);
+    if (facts != arrivals_.end()) {
+      resp.arrived = std::move(facts->second.first);
+      resp.waited_for = std::move(facts->second.second);
+      arrivals_.erase(facts);
+    }
     for (const std::string& name : resp.names) {
       auto it = negotiating_.find(name);
       if (it == negotiating_.end()) continue;
@@ -210,14 +217,19 @@ Status Controller::Negotiate(const RequestList& mine, ResponseList* out) {
 
 ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
   ResponseList out;
+  // One timestamp per negotiation: ranks that arrive together tie.
+  const auto now = Coordinator::Clock::now();
   for (size_t r = 0; r < all.size(); ++r) {
     out.shutdown = out.shutdown || all[r].shutdown;
     for (Request req : all[r].requests) {
       req.rank = static_cast<int32_t>(r);  // trust the transport, not the payload
-      coordinator_.Add(req);
+      coordinator_.Add(req, now);
     }
   }
   out.responses = coordinator_.TakeReady();
+  for (const Response& resp : out.responses) {
+    arrivals_[resp.names[0]] = std::make_pair(resp.arrived, resp.waited_for);
+  }
   out.joined_mode = coordinator_.joined_mode();
   InspectStalls(&out);
   return out;

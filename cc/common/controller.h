@@ -54,6 +54,8 @@ class Controller {
   Coordinator::Clock::time_point last_negotiation_;
   std::unordered_map<std::string, Request> negotiating_;  // sent to rank 0, by name
   bool joined_mode_ = false;  // from the last negotiation: identical on every rank
+  // Rank 0: arrival facts of responses in flight through serialization.
+  std::unordered_map<std::string, std::pair<std::vector<int>, std::vector<int>>> arrivals_;
 };
 
 }  // namespace tf_ring

@@ -255,6 +255,8 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
   }
   p.by_rank[r] = request;
   p.present[r] = true;
+  p.arrival_order.push_back(r);
+  p.arrived_at.push_back(now);
   ++p.count;
   if (!p.queued && IsReady(p)) {
     p.queued = true;
@@ -267,8 +269,13 @@ std::vector<Response> Coordinator::TakeReady() {
   out.reserve(ready_order_.size());
   for (const auto& name : ready_order_) {
     auto it = table_.find(name);
-    Response resp = BuildResponse(it->second.by_rank, it->second.present, size_);
-    if (!it->second.duplicate_error.empty()) resp.error = it->second.duplicate_error;
+    const Pending& p = it->second;
+    Response resp = BuildResponse(p.by_rank, p.present, size_);
+    if (!p.duplicate_error.empty()) resp.error = p.duplicate_error;
+    resp.arrived = p.arrival_order;
+    for (size_t i = 0; i < p.arrival_order.size(); ++i) {
+      if (p.arrived_at[i] > p.first_seen) resp.waited_for.push_back(p.arrival_order[i]);
+    }
     out.push_back(std::move(resp));
     table_.erase(it);
   }

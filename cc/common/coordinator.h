@@ -56,6 +56,8 @@ class Coordinator {
     Clock::time_point first_seen;
     std::string duplicate_error;
     bool queued = false;  // already in ready_order_
+    std::vector<int> arrival_order;
+    std::vector<Clock::time_point> arrived_at;  // parallel to arrival_order
   };
 
   // Every rank has either submitted the tensor or joined.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <unordered_map>
 
 #include "common/controller.h"
 #include "common/fusion.h"
@@ -31,6 +32,27 @@ double EnvDouble(const char* name, double fallback) {
 }  // namespace
 
 struct Engine::Impl {
+  // Timeline: when each of this rank's tensors entered a cycle.
+  std::unordered_map<std::string, Timeline::Clock::time_point> negotiation_start;
+
+  void RecordNegotiations(const ResponseList& responses, Timeline* timeline, int64_t cycle,
+                          Timeline::Clock::time_point cycle_start) {
+    const auto agreed = Timeline::Clock::now();
+    if (!responses.responses.empty()) timeline->CycleMark(cycle, cycle_start);
+    for (const Response& resp : responses.responses) {
+      for (const std::string& name : resp.names) {
+        auto it = negotiation_start.find(name);
+        if (it == negotiation_start.end()) continue;  // a tensor this rank never held
+        Timeline::Args args;
+        args.via = resp.from_cache ? "cache" : "coordinator";
+        args.arrived = resp.arrived;
+        args.waited_for = resp.waited_for;
+        timeline->Phase(name, "NEGOTIATE", it->second, agreed, std::move(args));
+        negotiation_start.erase(it);
+      }
+    }
+  }
+
   MpiContext mpi;
   ShmSegment shm;
   TensorQueue queue;
@@ -88,7 +110,7 @@ Status Engine::Init(const void* mpi_comm) {
     if (!s.ok()) return s;
     shm = &impl->shm;
   }
-  impl->operations = std::make_unique<OperationManager>(&impl->mpi, shm);
+  impl->operations = std::make_unique<OperationManager>(&impl->mpi, shm, &timeline_);
   impl->batch_window = std::chrono::microseconds(
       static_cast<int64_t>(EnvDouble("TF_RING_CYCLE_TIME", 0.0) * 1000.0));
   CreateCustomMpiOps();
@@ -100,6 +122,11 @@ Status Engine::Init(const void* mpi_comm) {
     Log(LogLevel::kWarning, "MPI provides thread level " + std::to_string(m.thread_level()) +
                                 ", not MPI_THREAD_MULTIPLE; do not call MPI from other threads "
                                 "while tf_ring runs.");
+  }
+  const char* timeline_path = std::getenv("TF_RING_TIMELINE");
+  if (timeline_path && *timeline_path && m.rank() == 0) {
+    s = timeline_.Start(timeline_path, EnvDouble("TF_RING_TIMELINE_MARK_CYCLES", 0) != 0);
+    if (!s.ok()) Log(LogLevel::kError, s.message() + "; continuing without a timeline.");
   }
   impl_ = std::move(impl);
   ResetStats();
@@ -130,6 +157,7 @@ void Engine::StopLocked() {
   shutdown_requested_ = true;
   impl_->queue.Wake();
   thread_.join();
+  timeline_.Stop();
   impl_->mpi.Release();
   FreeCustomMpiOps();
   impl_.reset();
@@ -165,6 +193,18 @@ Status Engine::EnqueueGroup(std::vector<TensorEntry> entries, std::vector<Reques
   return impl_->queue.AddGroup(std::move(entries), std::move(requests));
 }
 
+Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  if (!running_) {
+    return Status::Precondition("tf_ring is not initialized: call tf_ring.init() before "
+                                "start_timeline().");
+  }
+  if (topology_.rank != 0) return Status::OK();
+  return timeline_.Start(path, mark_cycles);
+}
+
+void Engine::StopTimeline() { timeline_.Stop(); }
+
 void Engine::ResetStats() {
   for (auto* c : {&stats_.cycles, &stats_.negotiations, &stats_.cache_hits, &stats_.cache_misses,
                   &stats_.fused_batches, &stats_.tensors, &stats_.bytes}) {
@@ -185,8 +225,17 @@ void Engine::Loop() {
                                                                  : kIdleWake);
     s.queue.WaitForBurstEnd(s.batch_window);
 
+    const auto cycle_start = Timeline::Clock::now();
     std::vector<Request> requests = s.queue.TakeRequests();
-    for (const Request& r : requests) joined_here = joined_here || r.op == OpType::kJoin;
+    const bool recording = timeline_.active();
+    if (!recording) s.negotiation_start.clear();
+    for (const Request& r : requests) {
+      joined_here = joined_here || r.op == OpType::kJoin;
+      if (recording) {
+        timeline_.Phase(r.name, "QUEUE", r.enqueued_at, cycle_start);
+        s.negotiation_start[r.name] = cycle_start;
+      }
+    }
     ResponseList responses;
     CycleCounts counts;
     Status st = s.controller->RunCycle(std::move(requests), shutdown_requested_.load(), &responses,
@@ -199,6 +248,7 @@ void Engine::Loop() {
       Log(LogLevel::kError, st.message());
       failure = st;
     }
+    if (recording) s.RecordNegotiations(responses, &timeline_, stats_.cycles.load(), cycle_start);
     std::vector<Response> batches = FuseResponses(
         std::move(responses.responses), s.fusion_threshold,
         [&s](const Response& r) { return s.PayloadBytes(r); });

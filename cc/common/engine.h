@@ -16,6 +16,7 @@
 #include "common/stats.h"
 #include "common/status.h"
 #include "common/tensor_entry.h"
+#include "common/timeline.h"
 
 namespace tf_ring {
 
@@ -45,6 +46,10 @@ class Engine {
   // Enqueues several collectives atomically (grouped allreduce).
   Status EnqueueGroup(std::vector<TensorEntry> entries, std::vector<Request> requests);
 
+  // Rank 0 writes the timeline; elsewhere these are no-ops. Stops with the engine.
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline();
+
   Topology topology() const { return topology_; }
   const EngineStats& stats() const { return stats_; }
   void ResetStats();
@@ -70,6 +75,7 @@ class Engine {
   std::unique_ptr<Impl> impl_;
   Topology topology_;
   EngineStats stats_;
+  Timeline timeline_;
 };
 
 }  // namespace tf_ring

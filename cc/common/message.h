@@ -4,6 +4,7 @@
 #ifndef TF_RING_COMMON_MESSAGE_H_
 #define TF_RING_COMMON_MESSAGE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  // Local only (never sent): when the framework enqueued it, for the timeline.
+  std::chrono::steady_clock::time_point enqueued_at;
 
   int64_t NumElements() const;
 };
@@ -71,6 +74,12 @@ struct Response {
   // shape as [ndims, dims...] so joined ranks can stand in with no data.
   int32_t contributors = 0;
   std::vector<int64_t> shapes;
+
+  // Local only (never sent), for the timeline: how the ranks agreed on it,
+  // and on rank 0 the ranks in arrival order and those it waited for.
+  bool from_cache = false;
+  std::vector<int> arrived;
+  std::vector<int> waited_for;
 
   bool is_error() const { return !error.empty(); }
   bool has_joined_ranks() const { return contributors > 0; }

@@ -1,8 +1,27 @@
 #include "common/operation_manager.h"
 
+#include <cstring>
+
 namespace tf_ring {
 
+namespace {
+// "allreduce" -> "ALLREDUCE": the collective's row label in the timeline.
+const char* PhaseName(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "ALLREDUCE";
+    case OpType::kAllgather: return "ALLGATHER";
+    case OpType::kBroadcast: return "BROADCAST";
+    case OpType::kAlltoall: return "ALLTOALL";
+    case OpType::kReducescatter: return "REDUCESCATTER";
+    case OpType::kJoin: return "JOIN";
+    case OpType::kBarrier: return "BARRIER";
+  }
+  return "COLLECTIVE";
+}
+}  // namespace
+
 void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineStats* stats) {
+  const auto start = Timeline::Clock::now();
   std::vector<TensorEntry> entries;
   entries.reserve(resp.names.size());
   size_t own = 0;  // entries this rank submitted (the rest stand in for a join)
@@ -16,6 +35,8 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
     }
   }
 
+  const bool recording = timeline_ != nullptr && timeline_->active();
+  marks_.Clear();
   Status status;
   if (resp.is_error()) {
     status = Status::InvalidArgument(resp.error);
@@ -24,8 +45,9 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
     status = Status::Unknown("internal error: response for '" + resp.names[0] +
                              "' names a tensor this rank does not hold");
   } else {
-    status = Run(resp, entries);
+    status = Run(resp, entries, recording ? &marks_ : nullptr);
   }
+  if (recording) Record(resp, entries, status, start, Timeline::Clock::now());
 
   int64_t bytes = 0;
   for (auto& e : entries) bytes += e.NumBytes();
@@ -36,8 +58,38 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   stand_ins_.Clear();
 }
 
-Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& entries) {
-  CollectiveContext ctx{mpi_, &scratch_, shm_};
+void OperationManager::Record(const Response& resp, const std::vector<TensorEntry>& entries,
+                              const Status& status, Timeline::Clock::time_point start,
+                              Timeline::Clock::time_point end) {
+  std::vector<PhaseMarks::Mark> marks = marks_.marks();
+  if (marks.empty()) marks.push_back({PhaseName(resp.op), start});
+  const char* transport = resp.op == OpType::kAllreduce && shm_ != nullptr ? "shm" : "mpi";
+  for (const TensorEntry& e : entries) {
+    for (size_t m = 0; m < marks.size(); ++m) {
+      Timeline::Args args;
+      const bool collective = std::strncmp(marks[m].phase, "MEMCPY", 6) != 0;
+      if (collective) {
+        args.bytes = e.NumBytes();
+        args.tensors_in_batch = static_cast<int64_t>(entries.size());
+        args.transport = transport;
+        if (!status.ok()) args.error = status.message();
+      }
+      const auto phase_end = m + 1 < marks.size() ? marks[m + 1].at : end;
+      timeline_->Phase(e.name, marks[m].phase, marks[m].at, phase_end, std::move(args));
+    }
+  }
+  if (entries.empty()) {  // an error for tensors this rank never held
+    for (const std::string& name : resp.names) {
+      Timeline::Args args;
+      args.error = status.message();
+      timeline_->Phase(name, PhaseName(resp.op), start, end, std::move(args));
+    }
+  }
+}
+
+Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& entries,
+                             PhaseMarks* marks) {
+  CollectiveContext ctx{mpi_, &scratch_, shm_, marks};
   switch (resp.op) {
     case OpType::kAllreduce: return RunAllreduce(ctx, resp, entries);
     case OpType::kAllgather: return RunAllgather(ctx, resp, entries);

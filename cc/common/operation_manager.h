@@ -9,24 +9,31 @@
 #include "common/mpi_context.h"
 #include "common/stats.h"
 #include "common/tensor_queue.h"
+#include "common/timeline.h"
 
 namespace tf_ring {
 
 class OperationManager {
  public:
   // `shm` may be null (ranks on several nodes, or TF_RING_SHM=0).
-  OperationManager(const MpiContext* mpi, ShmSegment* shm) : mpi_(mpi), shm_(shm) {}
+  OperationManager(const MpiContext* mpi, ShmSegment* shm, Timeline* timeline)
+      : mpi_(mpi), shm_(shm), timeline_(timeline) {}
 
   // Runs `resp` and completes its entries, counting it in `stats` first.
   void Execute(const Response& resp, TensorQueue* queue, EngineStats* stats);
 
  private:
-  Status Run(const Response& resp, std::vector<TensorEntry>& entries);
+  Status Run(const Response& resp, std::vector<TensorEntry>& entries, PhaseMarks* marks);
+  // Timeline events for every tensor of the batch, one per phase.
+  void Record(const Response& resp, const std::vector<TensorEntry>& entries, const Status& status,
+              Timeline::Clock::time_point start, Timeline::Clock::time_point end);
 
   const MpiContext* mpi_;
   ShmSegment* shm_;
+  Timeline* timeline_;
   ScratchBuffer scratch_;
   StandInStore stand_ins_;
+  PhaseMarks marks_;
 };
 
 }  // namespace tf_ring

@@ -15,6 +15,7 @@ Status TensorQueue::Add(TensorEntry entry, Request request) {
     }
     std::string name = entry.name;
     entries_.emplace(std::move(name), std::move(entry));
+    request.enqueued_at = std::chrono::steady_clock::now();
     requests_.push_back(std::move(request));
   }
   cv_.notify_one();
@@ -34,7 +35,9 @@ Status TensorQueue::AddGroup(std::vector<TensorEntry> entries, std::vector<Reque
             "Give concurrent collectives distinct names (the name= argument).");
       }
     }
+    const auto now = std::chrono::steady_clock::now();
     for (size_t i = 0; i < entries.size(); ++i) {
+      requests[i].enqueued_at = now;
       std::string name = entries[i].name;
       entries_.emplace(std::move(name), std::move(entries[i]));
       requests_.push_back(std::move(requests[i]));

@@ -50,9 +50,11 @@ Status RunAllgather(const CollectiveContext& ctx, const Response& resp,
   const int rank = ctx.mpi->rank();
   int rc;
   if (num == 1) {
+    MarkPhase(ctx, "ALLGATHER");
     rc = MPI_Allgatherv(entries[0].input, counts[rank], MPI_BYTE, outputs[0], counts.data(),
                         displs.data(), MPI_BYTE, ctx.mpi->comm());
   } else {
+    MarkPhase(ctx, kMemcpyIn);
     char* send = ctx.scratch->Get(total_bytes + counts[rank]);
     char* recv = send + counts[rank];
     int64_t offset = 0;
@@ -60,8 +62,10 @@ Status RunAllgather(const CollectiveContext& ctx, const Response& resp,
       std::memcpy(send + offset, entries[t].input, entries[t].NumBytes());
       offset += entries[t].NumBytes();
     }
+    MarkPhase(ctx, "ALLGATHER");
     rc = MPI_Allgatherv(send, counts[rank], MPI_BYTE, recv, counts.data(), displs.data(), MPI_BYTE,
                         ctx.mpi->comm());
+    MarkPhase(ctx, kMemcpyOut);
     for (int r = 0; r < size; ++r) {
       int64_t src = displs[r];
       for (size_t t = 0; t < num; ++t) {

@@ -55,16 +55,21 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
 
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries) {
-  if (ctx.shm != nullptr) return RunShmAllreduce(ctx, resp, entries);
+  if (ctx.shm != nullptr) {
+    MarkPhase(ctx, "ALLREDUCE");
+    return RunShmAllreduce(ctx, resp, entries);
+  }
   const size_t elem = DataTypeSize(resp.dtype);
   char* buf;
   int64_t count = 0;
   if (entries.size() == 1) {
+    MarkPhase(ctx, "ALLREDUCE");
     TensorEntry& e = entries[0];
     buf = static_cast<char*>(e.output);
     count = e.NumElements();
     if (e.input != e.output && count > 0) std::memcpy(buf, e.input, count * elem);
   } else {
+    MarkPhase(ctx, kMemcpyIn);
     for (auto& e : entries) count += e.NumElements();
     buf = ctx.scratch->Get(count * elem);
     int64_t offset = 0;
@@ -74,6 +79,7 @@ Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
     }
   }
 
+  if (entries.size() > 1) MarkPhase(ctx, "ALLREDUCE");
   ScaleBuffer(buf, count, resp.dtype, resp.prescale);
   int rc = MpiAllreduceLarge(buf, count, MpiDatatype(resp.dtype), elem,
                              MpiReduceOp(resp.reduce_op, resp.dtype), ctx.mpi->comm());
@@ -81,6 +87,7 @@ Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
   ApplyPostscale(buf, count, resp, ctx.mpi->size());
 
   if (entries.size() > 1) {
+    MarkPhase(ctx, kMemcpyOut);
     int64_t offset = 0;
     for (auto& e : entries) {
       std::memcpy(e.output, buf + offset, e.NumBytes());

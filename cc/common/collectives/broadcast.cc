@@ -11,6 +11,7 @@ Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
   const bool is_root = ctx.mpi->rank() == resp.root_rank;
   int rc;
   if (entries.size() == 1) {
+    MarkPhase(ctx, "BROADCAST");
     TensorEntry& e = entries[0];
     if (is_root && e.input != e.output && e.NumBytes() > 0) std::memcpy(e.output, e.input, e.NumBytes());
     rc = MpiBcastLarge(e.output, e.NumBytes(), resp.root_rank, ctx.mpi->comm());
@@ -18,6 +19,7 @@ Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
     int64_t total = 0;
     for (auto& e : entries) total += e.NumBytes();
     char* buf = ctx.scratch->Get(total);
+    MarkPhase(ctx, kMemcpyIn);
     if (is_root) {
       int64_t offset = 0;
       for (auto& e : entries) {
@@ -25,7 +27,9 @@ Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
         offset += e.NumBytes();
       }
     }
+    MarkPhase(ctx, "BROADCAST");
     rc = MpiBcastLarge(buf, total, resp.root_rank, ctx.mpi->comm());
+    MarkPhase(ctx, kMemcpyOut);
     int64_t offset = 0;
     for (auto& e : entries) {
       std::memcpy(e.output, buf + offset, e.NumBytes());

@@ -4,6 +4,7 @@
 #ifndef TF_RING_COMMON_COLLECTIVES_COLLECTIVES_H_
 #define TF_RING_COMMON_COLLECTIVES_COLLECTIVES_H_
 
+#include <chrono>
 #include <vector>
 
 #include "common/message.h"
@@ -25,11 +26,35 @@ class ScratchBuffer {
   std::vector<char> bytes_;
 };
 
+// Where a collective's phases begin (packing, the transfer, unpacking), for
+// the timeline. Each phase ends where the next begins.
+class PhaseMarks {
+ public:
+  struct Mark {
+    const char* phase;
+    std::chrono::steady_clock::time_point at;
+  };
+  void Begin(const char* phase) { marks_.push_back({phase, std::chrono::steady_clock::now()}); }
+  const std::vector<Mark>& marks() const { return marks_; }
+  void Clear() { marks_.clear(); }
+
+ private:
+  std::vector<Mark> marks_;
+};
+
 struct CollectiveContext {
   const MpiContext* mpi;
   ScratchBuffer* scratch;
-  ShmSegment* shm;  // null unless every rank shares this node's memory
+  ShmSegment* shm;     // null unless every rank shares this node's memory
+  PhaseMarks* marks;   // null unless the timeline is recording
 };
+
+inline void MarkPhase(const CollectiveContext& ctx, const char* phase) {
+  if (ctx.marks) ctx.marks->Begin(phase);
+}
+
+constexpr char kMemcpyIn[] = "MEMCPY_IN_FUSION_BUFFER";
+constexpr char kMemcpyOut[] = "MEMCPY_OUT_FUSION_BUFFER";
 
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries);
