@@ -5,7 +5,7 @@ Migration from Horovod is one line: ``import tf_ring as hvd``.
 from tf_ring.basics import (NotInitializedError, build_info, cross_rank, cross_size, init,
                             is_initialized, local_rank, local_size, mpi_built,
                             mpi_threads_supported, nccl_built, rank, reset_stats, shutdown, size,
-                            stats)
+                            stats, engine_params)
 from tf_ring.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast
 from tf_ring.compression import Compression
 from tf_ring.distributed_optimizer import DistributedOptimizer

@@ -49,6 +49,10 @@ def _declare_c_api(cdll):
     cdll.tf_ring_start_timeline.argtypes = [c.c_char_p, c.c_int, c.c_char_p, c.c_int]
     cdll.tf_ring_start_timeline.restype = c.c_int
     cdll.tf_ring_stop_timeline.restype = None
+    cdll.tf_ring_engine_params.argtypes = [c.POINTER(c.c_int64)]
+    cdll.tf_ring_engine_params.restype = None
+    cdll.tf_ring_param_history.argtypes = [c.POINTER(c.c_int64), c.c_int]
+    cdll.tf_ring_param_history.restype = c.c_int
     return cdll
 
 

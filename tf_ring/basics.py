@@ -120,6 +120,27 @@ def reset_stats():
     C_API.tf_ring_reset_stats()
 
 
+_AUTOTUNE_STATES = {0: "off", 1: "tuning", 2: "settled"}
+
+
+def engine_params():
+    """The engine parameters in force, and how they changed (autotune).
+
+    Returns a dict: fusion_threshold (bytes), cycle_time_ms, autotune ("off",
+    "tuning" or "settled"), and history, a list of (cycle, fusion_threshold,
+    cycle_time_ms) for every change, where cycle is the engine cycle it took
+    effect after. Every rank makes the same changes at the same cycles.
+    """
+    values = (ctypes.c_int64 * 4)()
+    C_API.tf_ring_engine_params(values)
+    count = int(values[3])
+    raw = (ctypes.c_int64 * (3 * max(count, 1)))()
+    written = C_API.tf_ring_param_history(raw, count)
+    history = [(int(raw[3 * i]), int(raw[3 * i + 1]), raw[3 * i + 2] / 1000.0) for i in range(written)]
+    return {"fusion_threshold": int(values[0]), "cycle_time_ms": values[1] / 1000.0,
+            "autotune": _AUTOTUNE_STATES.get(int(values[2]), "unknown"), "history": history}
+
+
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_threads_supported",
-           "stats", "reset_stats", "build_info", "NotInitializedError"]
+           "stats", "reset_stats", "engine_params", "build_info", "NotInitializedError"]

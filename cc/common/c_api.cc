@@ -2,6 +2,7 @@
 // the TensorFlow kernels, so both see the one Engine of this process.
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "common/engine.h"
 #include "common/mpi_context.h"
@@ -64,5 +65,28 @@ int tf_ring_start_timeline(const char* path, int mark_cycles, char* error, int e
 }
 
 void tf_ring_stop_timeline() { Engine::Get().StopTimeline(); }
+
+// Fills fusion threshold (bytes), cycle time (us), autotune state (0 off,
+// 1 tuning, 2 settled) and the number of parameter changes so far.
+void tf_ring_engine_params(int64_t* out) {
+  tf_ring::EngineParams p = Engine::Get().params();
+  out[0] = p.fusion_threshold;
+  out[1] = p.cycle_time_us;
+  out[2] = static_cast<int64_t>(Engine::Get().autotune_state());
+  out[3] = static_cast<int64_t>(Engine::Get().param_history().size());
+}
+
+// Writes up to `max` changes as (cycle, fusion threshold, cycle time us)
+// triples; returns how many it wrote.
+int tf_ring_param_history(int64_t* out, int max) {
+  std::vector<Engine::ParamChange> h = Engine::Get().param_history();
+  int n = 0;
+  for (; n < max && n < static_cast<int>(h.size()); ++n) {
+    out[3 * n] = h[n].cycle;
+    out[3 * n + 1] = h[n].params.fusion_threshold;
+    out[3 * n + 2] = h[n].params.cycle_time_us;
+  }
+  return n;
+}
 
 }  // extern "C"

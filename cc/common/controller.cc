@@ -69,6 +69,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     if (mpi_->rank() == 0 && !coordinator_.empty() && now - last_negotiation_ > kStallPoll) {
       vec.back() &= ~kFlagHasUncached;
     }
+    if (has_proposal_) vec.back() &= ~kFlagHasUncached;  // autotune has news for everyone
     if (shutdown) vec.back() &= ~kFlagShutdown;
 
     MPI_Request req;
@@ -154,6 +155,10 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   out->shutdown = agreed.shutdown;
   out->shutdown_reason = agreed.shutdown_reason;
   out->joined_mode = joined_mode_ = agreed.joined_mode;
+  out->has_params = agreed.has_params;
+  out->params_settled = agreed.params_settled;
+  out->fusion_threshold = agreed.fusion_threshold;
+  out->cycle_time_us = agreed.cycle_time_us;
   return status;
 }
 
@@ -231,6 +236,13 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
     arrivals_[resp.names[0]] = std::make_pair(resp.arrived, resp.waited_for);
   }
   out.joined_mode = coordinator_.joined_mode();
+  if (has_proposal_) {
+    out.has_params = true;
+    out.params_settled = proposal_settled_;
+    out.fusion_threshold = proposal_.fusion_threshold;
+    out.cycle_time_us = proposal_.cycle_time_us;
+    has_proposal_ = false;
+  }
   InspectStalls(&out);
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include <unordered_map>
 
+#include "common/autotune.h"
 #include "common/coordinator.h"
 #include "common/message.h"
 #include "common/mpi_context.h"
@@ -36,6 +37,13 @@ class Controller {
   // rank, the responses that are ready everywhere.
   Status RunCycle(std::vector<Request> new_requests, bool shutdown, ResponseList* out,
                   CycleCounts* counts);
+  // Rank 0: sends new engine parameters to every rank in the next cycle
+  // (forcing a negotiation); they arrive in that cycle's ResponseList.
+  void ProposeParams(EngineParams params, bool settled) {
+    proposal_ = params;
+    proposal_settled_ = settled;
+    has_proposal_ = true;
+  }
 
  private:
   // Rank 0 round trip for `to_send`; fills `out` with the agreed responses.
@@ -53,7 +61,9 @@ class Controller {
   std::unordered_map<std::string, Coordinator::Clock::time_point> last_warned_;
   Coordinator::Clock::time_point last_negotiation_;
   std::unordered_map<std::string, Request> negotiating_;  // sent to rank 0, by name
-  bool joined_mode_ = false;  // from the last negotiation: identical on every rank
+  bool joined_mode_ = false;
+  bool has_proposal_ = false, proposal_settled_ = false;
+  EngineParams proposal_;  // from the last negotiation: identical on every rank
   // Rank 0: arrival facts of responses in flight through serialization.
   std::unordered_map<std::string, std::pair<std::vector<int>, std::vector<int>>> arrivals_;
 };

@@ -1,5 +1,6 @@
 #include "common/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -60,6 +61,8 @@ struct Engine::Impl {
   std::unique_ptr<OperationManager> operations;
   std::chrono::microseconds batch_window{0};
   int64_t fusion_threshold = 0;
+  std::unique_ptr<Autotuner> tuner;  // rank 0 with autotune on
+  int64_t cycle = 0;                 // cycles run; identical on every rank
 
   // Payload bytes of a response as all ranks see them (fusion must agree).
   int64_t PayloadBytes(const Response& resp) {
@@ -113,6 +116,25 @@ Status Engine::Init(const void* mpi_comm) {
   impl->operations = std::make_unique<OperationManager>(&impl->mpi, shm, &timeline_);
   impl->batch_window = std::chrono::microseconds(
       static_cast<int64_t>(EnvDouble("TF_RING_CYCLE_TIME", 0.0) * 1000.0));
+  const EngineParams initial{impl->fusion_threshold, impl->batch_window.count()};
+  const bool autotune = EnvDouble("TF_RING_AUTOTUNE", 0) != 0;
+  if (autotune && impl->mpi.rank() == 0) {
+    AutotuneConfig config;
+    config.warmup_samples = static_cast<int>(EnvDouble("TF_RING_AUTOTUNE_WARMUP_SAMPLES", 1));
+    config.samples_per_trial = std::max(1, static_cast<int>(EnvDouble("TF_RING_AUTOTUNE_SAMPLES_PER_TRIAL", 3)));
+    config.cycles_per_sample = std::max(1, static_cast<int>(EnvDouble("TF_RING_AUTOTUNE_CYCLES_PER_SAMPLE", 10)));
+    const char* log = std::getenv("TF_RING_AUTOTUNE_LOG");
+    if (log) config.log_path = log;
+    impl->tuner = std::make_unique<Autotuner>(initial, config);
+    // Every rank switches to the first trial together, after cycle 1.
+    impl->controller->ProposeParams(impl->tuner->first(), false);
+  }
+  {
+    std::lock_guard<std::mutex> params_lock(params_mu_);
+    params_ = initial;
+    autotune_state_ = autotune ? AutotuneState::kTuning : AutotuneState::kOff;
+    param_history_.clear();
+  }
   CreateCustomMpiOps();
 
   const MpiContext& m = impl->mpi;
@@ -205,11 +227,40 @@ Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {
 
 void Engine::StopTimeline() { timeline_.Stop(); }
 
+EngineParams Engine::params() {
+  std::lock_guard<std::mutex> lock(params_mu_);
+  return params_;
+}
+
+Engine::AutotuneState Engine::autotune_state() {
+  std::lock_guard<std::mutex> lock(params_mu_);
+  return autotune_state_;
+}
+
+std::vector<Engine::ParamChange> Engine::param_history() {
+  std::lock_guard<std::mutex> lock(params_mu_);
+  return param_history_;
+}
+
 void Engine::ResetStats() {
   for (auto* c : {&stats_.cycles, &stats_.negotiations, &stats_.cache_hits, &stats_.cache_misses,
                   &stats_.fused_batches, &stats_.tensors, &stats_.bytes}) {
     c->store(0);
   }
+}
+
+void Engine::ApplyParams(const ResponseList& agreed) {
+  Impl& s = *impl_;
+  s.fusion_threshold = agreed.fusion_threshold;
+  s.batch_window = std::chrono::microseconds(agreed.cycle_time_us);
+  const EngineParams now{agreed.fusion_threshold, agreed.cycle_time_us};
+  Log(LogLevel::kDebug, "engine parameters from cycle " + std::to_string(s.cycle) +
+                            ": fusion threshold " + std::to_string(now.fusion_threshold) +
+                            " bytes, cycle time " + std::to_string(now.cycle_time_us) + " us");
+  std::lock_guard<std::mutex> lock(params_mu_);
+  params_ = now;
+  param_history_.push_back(ParamChange{s.cycle, now});
+  if (agreed.params_settled) autotune_state_ = AutotuneState::kSettled;
 }
 
 void Engine::Loop() {
@@ -252,9 +303,20 @@ void Engine::Loop() {
     std::vector<Response> batches = FuseResponses(
         std::move(responses.responses), s.fusion_threshold,
         [&s](const Response& r) { return s.PayloadBytes(r); });
+    const int64_t bytes_before = stats_.bytes.load();
     for (const Response& resp : batches) {
       if (resp.op == OpType::kJoin) joined_here = false;
       s.operations->Execute(resp, &s.queue, &stats_);
+    }
+    ++s.cycle;
+    if (responses.has_params) ApplyParams(responses);
+    if (s.tuner && !batches.empty()) {
+      EngineParams next;
+      const int64_t moved = std::max<int64_t>(0, stats_.bytes.load() - bytes_before);
+      if (s.tuner->Observe(moved, Timeline::Clock::now(), &next)) {
+        s.controller->ProposeParams(next, s.tuner->settled());
+        if (s.tuner->settled()) LogAlways(LogLevel::kInfo, s.tuner->Summary());
+      }
     }
     if (responses.shutdown) {
       if (!responses.shutdown_reason.empty()) {

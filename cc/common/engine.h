@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/autotune.h"
 #include "common/message.h"
 #include "common/stats.h"
 #include "common/status.h"
@@ -50,6 +51,17 @@ class Engine {
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
 
+  // Engine parameters now in force, and every change with the cycle it took
+  // effect at (the same cycle on every rank).
+  struct ParamChange {
+    int64_t cycle;
+    EngineParams params;
+  };
+  enum class AutotuneState { kOff = 0, kTuning = 1, kSettled = 2 };
+  EngineParams params();
+  AutotuneState autotune_state();
+  std::vector<ParamChange> param_history();
+
   Topology topology() const { return topology_; }
   const EngineStats& stats() const { return stats_; }
   void ResetStats();
@@ -58,6 +70,8 @@ class Engine {
   Engine() = default;
   struct Impl;
   void Loop();
+  // Switches to the parameters a negotiation carried (autotune).
+  void ApplyParams(const ResponseList& agreed);
   bool accepting();
   // Shutdown's work; caller holds lifecycle_mu_.
   void StopLocked();
@@ -76,6 +90,10 @@ class Engine {
   Topology topology_;
   EngineStats stats_;
   Timeline timeline_;
+  std::mutex params_mu_;  // guards the three below (read from Python threads)
+  EngineParams params_;
+  AutotuneState autotune_state_ = AutotuneState::kOff;
+  std::vector<ParamChange> param_history_;
 };
 
 }  // namespace tf_ring

@@ -35,7 +35,10 @@ bool LogEnabled(LogLevel level) {
 }
 
 void Log(LogLevel level, const std::string& message) {
-  if (!LogEnabled(level)) return;
+  if (LogEnabled(level)) LogAlways(level, message);
+}
+
+void LogAlways(LogLevel level, const std::string& message) {
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
   int ms = static_cast<int>(

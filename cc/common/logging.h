@@ -12,6 +12,9 @@ enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarning, kError };
 void SetLogRank(int rank);
 bool LogEnabled(LogLevel level);
 void Log(LogLevel level, const std::string& message);
+// Prints whatever the threshold: for the few lines a user asked for by
+// turning a feature on (autotune's choice).
+void LogAlways(LogLevel level, const std::string& message);
 
 }  // namespace tf_ring
 

@@ -140,6 +140,9 @@ std::vector<char> ResponseList::Serialize() const {
   w.Put<uint8_t>(shutdown ? 1 : 0);
   w.PutString(shutdown_reason);
   w.Put<uint8_t>(joined_mode ? 1 : 0);
+  w.Put<uint8_t>(static_cast<uint8_t>((has_params ? 1 : 0) | (params_settled ? 2 : 0)));
+  w.Put<int64_t>(fusion_threshold);
+  w.Put<int64_t>(cycle_time_us);
   w.Put<uint32_t>(static_cast<uint32_t>(responses.size()));
   for (const auto& r : responses) WriteResponse(r, &w);
   return std::move(w.bytes());
@@ -151,6 +154,11 @@ bool ResponseList::Parse(const char* data, size_t size, ResponseList* out) {
   out->shutdown = rd.Get<uint8_t>() != 0;
   out->shutdown_reason = rd.GetString();
   out->joined_mode = rd.Get<uint8_t>() != 0;
+  const uint8_t params = rd.Get<uint8_t>();
+  out->has_params = (params & 1) != 0;
+  out->params_settled = (params & 2) != 0;
+  out->fusion_threshold = rd.Get<int64_t>();
+  out->cycle_time_us = rd.Get<int64_t>();
   uint32_t n = rd.Get<uint32_t>();
   out->responses.clear();
   for (uint32_t i = 0; i < n && rd.ok(); ++i) {

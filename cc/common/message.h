@@ -92,6 +92,11 @@ struct ResponseList {
   // Some rank has joined and not all have: every rank skips the response
   // cache and negotiates through rank 0 until the join completes.
   bool joined_mode = false;
+  // Autotune: new engine parameters every rank applies after this cycle.
+  bool has_params = false;
+  bool params_settled = false;  // the last change autotune will make
+  int64_t fusion_threshold = 0;
+  int64_t cycle_time_us = 0;
 
   std::vector<char> Serialize() const;
   static bool Parse(const char* data, size_t size, ResponseList* out);
