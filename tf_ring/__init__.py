@@ -1,22 +1,54 @@
 """tf_ring: Horovod-style ring-allreduce data-parallel training for TensorFlow.
 
 Migration from Horovod is one line: ``import tf_ring as hvd``.
-"""
-from tf_ring.basics import (NotInitializedError, build_info, cross_rank, cross_size, init,
-                            is_initialized, local_rank, local_size, mpi_built,
-                            mpi_threads_supported, nccl_built, rank, reset_stats, shutdown, size,
-                            stats, engine_params)
-from tf_ring.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast
-from tf_ring.compression import Compression
-from tf_ring.distributed_optimizer import DistributedOptimizer
-from tf_ring.exchange import alltoall, reducescatter
-from tf_ring.grouped import grouped_allreduce
-from tf_ring.hooks import BroadcastGlobalVariablesHook
-from tf_ring.join import join
-from tf_ring.timeline_control import start_timeline, stop_timeline
-from tf_ring.objects import allgather_object, broadcast_object
-from tf_ring.tape import DistributedGradientTape
-from tf_ring.variables import broadcast_variables
-from tf_ring import _gradients  # noqa: F401  (registers the gradients)
 
-__version__ = build_info().get("tf_ring_version", "unknown")
+The API loads on first use: ``import tf_ring.run`` (the launcher) and
+``import tf_ring.timeline`` (the summary tool) must start instantly and work
+where TensorFlow or the native library is missing or mismatched, so this
+package imports neither until a name below is asked for.
+"""
+import importlib
+
+# Public name -> the module defining it.
+_API = {
+    "tf_ring.basics": ["NotInitializedError", "build_info", "cross_rank", "cross_size", "init",
+                       "is_initialized", "local_rank", "local_size", "mpi_built",
+                       "mpi_threads_supported", "nccl_built", "rank", "reset_stats", "shutdown",
+                       "size", "stats", "engine_params"],
+    "tf_ring.ops": ["Average", "Max", "Min", "Product", "Sum", "allgather", "allreduce", "broadcast"],
+    "tf_ring.compression": ["Compression"],
+    "tf_ring.distributed_optimizer": ["DistributedOptimizer"],
+    "tf_ring.exchange": ["alltoall", "reducescatter"],
+    "tf_ring.grouped": ["grouped_allreduce"],
+    "tf_ring.hooks": ["BroadcastGlobalVariablesHook"],
+    "tf_ring.joining": ["join"],
+    "tf_ring.timeline_control": ["start_timeline", "stop_timeline"],
+    "tf_ring.objects": ["allgather_object", "broadcast_object"],
+    "tf_ring.tape": ["DistributedGradientTape"],
+    "tf_ring.variables": ["broadcast_variables"],
+}
+_HOME = {name: module for module, names in _API.items() for name in names}
+__all__ = sorted(_HOME) + ["__version__"]
+
+
+def _load_api():
+    """Imports every API module once (the ops' gradients register here)."""
+    importlib.import_module("tf_ring._gradients")
+    for module in _API:
+        importlib.import_module(module)
+
+
+def __getattr__(name):
+    if name == "__version__":
+        from tf_ring._build_info import tf_ring_version
+        return tf_ring_version()
+    if name not in _HOME:
+        raise AttributeError("module 'tf_ring' has no attribute %r" % name)
+    _load_api()
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -3,6 +3,7 @@ import atexit
 import ctypes
 
 from tf_ring._library import C_API, build_info
+from tf_ring._logging import get_logger
 
 _atexit_registered = False
 
@@ -44,6 +45,8 @@ def init(comm=None):
         # Stop the engine thread before MPI is finalized at interpreter exit.
         atexit.register(C_API.tf_ring_finalize_mpi)
         _atexit_registered = True
+    topology = _topology()
+    get_logger().info("initialized: rank %d of %d (local rank %d of %d)", *topology[:4])
 
 
 def shutdown():

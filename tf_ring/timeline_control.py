@@ -4,6 +4,7 @@ import ctypes
 import os
 
 from tf_ring._library import C_API
+from tf_ring._logging import get_logger
 
 
 def start_timeline(path, mark_cycles=False):
@@ -17,6 +18,7 @@ def start_timeline(path, mark_cycles=False):
     if C_API.tf_ring_start_timeline(os.fsencode(os.path.abspath(path)), int(bool(mark_cycles)),
                                     error, len(error)) != 0:
         raise RuntimeError("tf_ring.start_timeline(%r) failed: %s" % (path, error.value.decode()))
+    get_logger().info("timeline: rank 0 writes %s", os.path.abspath(path))
 
 
 def stop_timeline():

@@ -1,0 +1,13 @@
+"""Reads tf_ring/_build_info.json without importing TensorFlow."""
+import json
+import os
+
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_build_info.json")
+
+
+def tf_ring_version():
+    try:
+        with open(PATH) as f:
+            return json.load(f).get("tf_ring_version", "unknown")
+    except (OSError, ValueError):
+        return "unknown"
