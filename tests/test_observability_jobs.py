@@ -4,6 +4,7 @@ JSON when the job is killed mid-run."""
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,3 +71,24 @@ def test_timeline_is_valid_json_after_the_job_is_killed(tmp_path):
         proc.communicate()
     events = json.load(open(timeline))  # no stop_timeline(), no clean exit
     assert sum(1 for e in events if e["name"] == "ALLREDUCE") > 20
+
+
+def test_log_level_applies_to_engine_and_python_alike():
+    script = ("import tensorflow as tf, tf_ring as hvd; hvd.init(); "
+              "hvd.allreduce(tf.ones([2]), name='logged'); hvd.join()")
+    line = r"^\[\d\d:\d\d:\d\d\.\d{3} tf_ring rank %d %s\] "
+    verbose = run_under_launcher(2, ["--log-level", "trace", sys.executable, "-c", script],
+                                 timeout=180)
+    assert verbose.returncode == 0, verbose.stderr[-4000:]
+    lines = verbose.stderr.splitlines()
+    for rank in (0, 1):
+        # Python side (init), engine side (start, negotiation, each collective).
+        for level, text in (("INFO", "initialized: rank %d of 2" % rank),
+                            ("INFO", "engine started: rank %d of 2" % rank),
+                            ("DEBUG", "negotiating allreduce of tensor 'logged'"),
+                            ("TRACE", "allreduce of 1 tensor(s): logged")):
+            pattern = re.compile(line % (rank, level) + ".*" + re.escape(text))
+            assert any(pattern.search(l) for l in lines), (rank, level, text)
+    quiet = run_under_launcher(2, [sys.executable, "-c", script], timeout=180)
+    assert quiet.returncode == 0, quiet.stderr[-4000:]
+    assert not re.search(r"tf_ring rank \d (INFO|DEBUG|TRACE)\]", quiet.stderr)

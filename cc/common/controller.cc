@@ -128,6 +128,12 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   mine.shutdown = shutdown;
   for (const Request& r : to_send) negotiating_[r.name] = r;
   mine.requests = std::move(to_send);
+  if (LogEnabled(LogLevel::kDebug)) {
+    for (const Request& r : mine.requests) {
+      Log(LogLevel::kDebug, std::string("negotiating ") + OpTypeName(r.op) + " of tensor '" + r.name +
+                                "' (not in the response cache)");
+    }
+  }
   ResponseList agreed;
   Status status = Negotiate(mine, &agreed);
   last_negotiation_ = now;

@@ -150,6 +150,15 @@ Status Engine::Init(const void* mpi_comm) {
     s = timeline_.Start(timeline_path, EnvDouble("TF_RING_TIMELINE_MARK_CYCLES", 0) != 0);
     if (!s.ok()) Log(LogLevel::kError, s.message() + "; continuing without a timeline.");
   }
+  if (LogEnabled(LogLevel::kInfo)) {
+    Log(LogLevel::kInfo, "engine started: rank " + std::to_string(m.rank()) + " of " +
+                             std::to_string(m.size()) + ", local " + std::to_string(m.local_rank()) +
+                             " of " + std::to_string(m.local_size()) + ", allreduce over " +
+                             (shm ? "shared memory" : "MPI") + ", fusion threshold " +
+                             std::to_string(impl->fusion_threshold) + " bytes, cycle time " +
+                             std::to_string(impl->batch_window.count()) + " us" +
+                             (autotune ? " (autotune on)" : ""));
+  }
   impl_ = std::move(impl);
   ResetStats();
   shutdown_requested_ = false;
@@ -305,7 +314,19 @@ void Engine::Loop() {
         [&s](const Response& r) { return s.PayloadBytes(r); });
     const int64_t bytes_before = stats_.bytes.load();
     for (const Response& resp : batches) {
-      if (resp.op == OpType::kJoin) joined_here = false;
+      if (LogEnabled(LogLevel::kTrace)) {
+        std::string names;
+        for (size_t i = 0; i < resp.names.size() && i < 8; ++i) names += (i ? ", " : "") + resp.names[i];
+        if (resp.names.size() > 8) names += ", ...";
+        Log(LogLevel::kTrace, std::string("cycle ") + std::to_string(s.cycle) + ": " +
+                                  OpTypeName(resp.op) + " of " + std::to_string(resp.names.size()) +
+                                  " tensor(s)" + (resp.is_error() ? " (error)" : "") + ": " + names);
+      }
+      if (resp.op == OpType::kJoin) {
+        joined_here = false;
+        Log(LogLevel::kInfo, "every rank has joined; rank " + std::to_string(resp.root_rank) +
+                                 " joined last");
+      }
       s.operations->Execute(resp, &s.queue, &stats_);
     }
     ++s.cycle;
