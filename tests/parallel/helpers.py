@@ -18,3 +18,20 @@ def rank_input(rank, shape, dtype, seed=0, low=-8, high=8):
 
 def all_inputs(shape, dtype, seed=0, **kw):
     return [rank_input(r, shape, dtype, seed, **kw) for r in range(hvd.size())]
+
+
+def check_on_root(check, name):
+    """Runs `check()` (assertions on files only rank 0 has) on rank 0 and
+    fails the test on every rank when it fails. Without this, the other ranks
+    would run ahead into the next test's collectives, which the failed rank
+    never joins, and the job would hang instead of reporting the failure."""
+    import traceback
+    error = None
+    if hvd.rank() == 0:
+        try:
+            check()
+        except Exception:  # noqa: BLE001 (any failure is reported on every rank)
+            error = traceback.format_exc()
+    error = hvd.broadcast_object(error, root_rank=0, name=name)
+    if error:
+        raise AssertionError("check on rank 0 failed:\n" + error)
