@@ -39,17 +39,57 @@ def _leftover(marker):
     return ps.stdout.split()
 
 
+# How rank 1 dies, and the exit code the launcher must report for it.
+DEATHS = {"kill": 137, "exit": 3, "crash": 134}
+
+
 @pytest.mark.parametrize("np", [2, 3])
-def test_dead_rank_ends_job_fast_and_named(np):
+@pytest.mark.parametrize("mode", sorted(DEATHS))
+def test_dead_rank_ends_job_fast_and_named(mode, np):
     script = os.path.join(JOBS, "dies_mid_training.py")
     start = time.time()
-    result = run_under_launcher(np, [sys.executable, script], timeout=120)
+    result = run_under_launcher(np, [sys.executable, script, mode], timeout=120)
     elapsed = time.time() - start
-    assert result.returncode != 0
-    assert "tfringrun: rank 1 exited with code 137" in result.stderr, result.stderr[-3000:]
+    assert "tfringrun: rank 1 exited with code %d" % DEATHS[mode] in result.stderr, \
+        result.stderr[-3000:]
+    if mode == "exit":
+        # Rank 1's exit handler stopped the engine everywhere: the others'
+        # pending collective fails naming it, and they exit too (code 1), so
+        # mpirun's first failed rank may be either.
+        assert "tf_ring was shut down by rank 1, which called shutdown() or is exiting" \
+            in result.stderr, result.stderr[-3000:]
+        assert result.returncode in (DEATHS[mode], 1), result.returncode
+    else:
+        assert result.returncode == DEATHS[mode], (result.returncode, result.stderr[-3000:])
     assert elapsed < 30, elapsed
     time.sleep(1)
     assert _leftover("dies_mid_training.py") == []
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_lifecycle_errors_and_reinit_on_every_rank(np):
+    result = run_under_launcher(np, [sys.executable, os.path.join(JOBS, "lifecycle.py")],
+                                timeout=180)
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = result.stdout.splitlines()
+
+    def said(rank, check):
+        prefix = "rank %d: %s: " % (rank, check)
+        found = [l[len(prefix):] for l in lines if l.startswith(prefix)]
+        assert len(found) == 1, (rank, check, result.stdout[-3000:])
+        return found[0]
+
+    for rank in range(np):
+        assert "call tf_ring.init() before any collective" in said(rank, "BEFORE_INIT_OP")
+        assert "call tf_ring.init() first" in said(rank, "BEFORE_INIT_TOPOLOGY")
+        assert float(said(rank, "DOUBLE_INIT_SUM")) == sum(range(np))
+        complex_error = said(rank, "BAD_DTYPE_COMPLEX64")
+        assert "'complex_grads'" in complex_error and "complex64 is not supported" in complex_error
+        assert "tf.cast" in complex_error
+        assert "'strings'" in said(rank, "BAD_DTYPE_STRING")
+        after = said(rank, "AFTER_SHUTDOWN")
+        assert "has been shut down" in after and "call tf_ring.init()" in after, after
+        assert float(said(rank, "REINIT_SUM")) == np
 
 
 @pytest.mark.parametrize("np", [2, 3])
@@ -60,6 +100,7 @@ def test_shutdown_and_exit_with_work_in_flight(np):
     assert "rank 0: shut down" in result.stdout
     for rank in range(1, np):
         line = next(l for l in result.stdout.splitlines() if l.startswith("rank %d: ABORTED:" % rank))
-        assert "tf_ring was shut down (on this or another rank)" in line, line
+        assert "tf_ring was shut down by rank 0, which called shutdown() or is exiting; " \
+               "this collective could not run" in line, line
     for rank in range(np):
         assert "rank %d: exiting with work in flight" % rank in result.stdout

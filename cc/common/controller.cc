@@ -160,6 +160,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   }
   out->shutdown = agreed.shutdown;
   out->shutdown_reason = agreed.shutdown_reason;
+  out->shutdown_ranks = agreed.shutdown_ranks;
   out->joined_mode = joined_mode_ = agreed.joined_mode;
   out->has_params = agreed.has_params;
   out->params_settled = agreed.params_settled;
@@ -231,7 +232,10 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
   // One timestamp per negotiation: ranks that arrive together tie.
   const auto now = Coordinator::Clock::now();
   for (size_t r = 0; r < all.size(); ++r) {
-    out.shutdown = out.shutdown || all[r].shutdown;
+    if (all[r].shutdown) {
+      out.shutdown = true;
+      out.shutdown_ranks.push_back(static_cast<int32_t>(r));
+    }
     for (Request req : all[r].requests) {
       req.rank = static_cast<int32_t>(r);  // trust the transport, not the payload
       coordinator_.Add(req, now);

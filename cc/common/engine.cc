@@ -85,6 +85,21 @@ struct Engine::Impl {
   }
 };
 
+namespace {
+// Who stopped the engine when it stopped without an error, so that a rank
+// whose peer exited says which peer: "on this rank", "by rank 1 (...)".
+std::string StoppedBy(const std::vector<int32_t>& by_ranks, int my_rank) {
+  std::string others;
+  for (int32_t r : by_ranks) {
+    if (r == my_rank) return "on this rank";
+    others += (others.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (others.empty()) return "on this or another rank";
+  return std::string("by rank") + (by_ranks.size() > 1 ? "s " : " ") + others +
+         ", which called shutdown() or is exiting";
+}
+}  // namespace
+
 Engine& Engine::Get() {
   static Engine* engine = new Engine();  // never destroyed: outlives static teardown
   return *engine;
@@ -203,7 +218,7 @@ Status Engine::NotAccepting() const {
   }
   return Status::Precondition("tf_ring has been shut down" +
                               (stop_reason_.empty() ? std::string() : " (" + stop_reason_ + ")") +
-                              "; no more collectives can run in this process.");
+                              "; call tf_ring.init() to start a new engine before more collectives.");
 }
 
 Status Engine::Enqueue(TensorEntry entry, Request request) {
@@ -276,6 +291,7 @@ void Engine::Loop() {
   Impl& s = *impl_;
   Status failure;
   bool joined_here = false;  // this rank called join() and waits for the others
+  std::string stopped_by = StoppedBy({}, topology_.rank);
   for (;;) {
     // With collectives in flight, go straight to the next cycle: the peers
     // we wait on arrive within it. Only a rank with nothing pending idles;
@@ -344,6 +360,7 @@ void Engine::Loop() {
         Log(LogLevel::kError, responses.shutdown_reason);
         failure = Status::Aborted(responses.shutdown_reason);
       }
+      stopped_by = StoppedBy(responses.shutdown_ranks, topology_.rank);
       break;
     }
   }
@@ -351,14 +368,13 @@ void Engine::Loop() {
   {
     std::lock_guard<std::mutex> lock(accept_mu_);
     accepting_ = false;
-    stop_reason_ = failure.message();
+    stop_reason_ = failure.ok() ? stopped_by : failure.message();
   }
   // Collective teardown happens here, where every rank arrives together.
   s.shm.Release();
-  Status closing = failure.ok()
-                       ? Status::Aborted("tf_ring was shut down (on this or another rank) "
-                                         "before this collective could run.")
-                       : failure;
+  Status closing = failure.ok() ? Status::Aborted("tf_ring was shut down " + stopped_by +
+                                                  "; this collective could not run.")
+                                : failure;
   for (TensorEntry& e : s.queue.TakeAllEntries()) e.done(closing);
 }
 

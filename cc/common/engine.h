@@ -82,7 +82,7 @@ class Engine {
   std::mutex accept_mu_;     // makes "accepting" and "enqueued" one step
   bool accepting_ = false;
   bool was_shut_down_ = false;  // picks the right error text in Enqueue
-  std::string stop_reason_;     // why the loop stopped, when it was an error
+  std::string stop_reason_;     // why the loop stopped: the error, or who shut it down
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::thread thread_;

@@ -6,7 +6,7 @@ namespace tf_ring {
 
 namespace {
 // Bumped whenever a field changes so that mixed builds fail loudly.
-constexpr uint32_t kWireVersion = 3;
+constexpr uint32_t kWireVersion = 4;
 
 void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int32_t>(r.rank);
@@ -139,6 +139,7 @@ std::vector<char> ResponseList::Serialize() const {
   w.Put<uint32_t>(kWireVersion);
   w.Put<uint8_t>(shutdown ? 1 : 0);
   w.PutString(shutdown_reason);
+  w.PutVector(shutdown_ranks);
   w.Put<uint8_t>(joined_mode ? 1 : 0);
   w.Put<uint8_t>(static_cast<uint8_t>((has_params ? 1 : 0) | (params_settled ? 2 : 0)));
   w.Put<int64_t>(fusion_threshold);
@@ -153,6 +154,7 @@ bool ResponseList::Parse(const char* data, size_t size, ResponseList* out) {
   if (rd.Get<uint32_t>() != kWireVersion) return false;
   out->shutdown = rd.Get<uint8_t>() != 0;
   out->shutdown_reason = rd.GetString();
+  out->shutdown_ranks = rd.GetVector<int32_t>();
   out->joined_mode = rd.Get<uint8_t>() != 0;
   const uint8_t params = rd.Get<uint8_t>();
   out->has_params = (params & 1) != 0;

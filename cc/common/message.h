@@ -89,6 +89,7 @@ struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
   std::string shutdown_reason;  // set when the engine stops for an error (a stall)
+  std::vector<int32_t> shutdown_ranks;  // the ranks that asked to stop, for error texts
   // Some rank has joined and not all have: every rank skips the response
   // cache and negotiates through rank 0 until the join completes.
   bool joined_mode = false;
