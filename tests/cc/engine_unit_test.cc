@@ -87,10 +87,12 @@ static void TestResponseRoundTrip() {
   e.names = {"bad"};
   e.error = "shape differs";
   list.responses = {a, e};
+  list.shutdown_ranks = {2, 0};
   std::vector<char> bytes = list.Serialize();
   ResponseList back;
   CHECK(ResponseList::Parse(bytes.data(), bytes.size(), &back));
   CHECK(!back.shutdown && back.responses.size() == 2);
+  CHECK((back.shutdown_ranks == std::vector<int32_t>{2, 0}));
   CHECK(back.responses[0].names == a.names && back.responses[0].sizes == a.sizes);
   CHECK(back.responses[0].op == OpType::kAllgather && !back.responses[0].is_error());
   CHECK(back.responses[1].is_error() && back.responses[1].error == "shape differs");
