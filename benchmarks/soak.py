@@ -3,6 +3,11 @@ tracking resident memory, open file descriptors and threads after warm-up
 and at the end. Exits non-zero when memory grows more than 50 MB or the
 descriptor or thread count grows.
 
+Every --detour-every steps (default 100) the ranks also leave the cached
+steady state the way real jobs do, so leaks there show up too: a shape
+mismatch that fails on every rank, an allgather whose row counts change,
+and a join() in which one rank runs out of data a step early.
+
     tfringrun -np 2 python benchmarks/soak.py
 Data: synthetic (random tensors, fixed seed).
 """
@@ -27,10 +32,29 @@ def process_figures():
     return rss_mb, fds, threads
 
 
+def detour(i):
+    """The non-steady-state paths: an error, a renegotiation, a join."""
+    me, size = hvd.rank(), hvd.size()
+    bad_shape = [3] if me == size - 1 else [2]
+    try:
+        hvd.allreduce(tf.ones(bad_shape), name="soak_mismatch")
+        raise SystemExit("soak: the mismatched allreduce did not fail")
+    except tf.errors.InvalidArgumentError:
+        pass
+    rows = 1 + (i + me) % 3  # a new set of row counts every time
+    gathered = hvd.allgather(tf.ones([rows, 4]), name="soak_gather")
+    assert gathered.shape[0] == sum(1 + (i + q) % 3 for q in range(size))
+    if me != 0:  # rank 0 has no data for this step and joins at once
+        hvd.allreduce(tf.ones([8]), op=hvd.Sum, name="soak_uneven")
+    assert hvd.join() in range(1, size) or size == 1
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10000)
     parser.add_argument("--warmup", type=int, default=1000)
+    parser.add_argument("--detour-every", type=int, default=100,
+                        help="steps between error / renegotiation / join detours; 0: none")
     args = parser.parse_args()
     hvd.init()
     rng = np.random.default_rng(hvd.rank())
@@ -51,8 +75,12 @@ def main():
         return hvd.allreduce(loss, name="soak_loss")
 
     start = time.time()
+    detours = 0
     for i in range(args.steps):
         step()
+        if args.detour_every and (i + 1) % args.detour_every == 0:
+            detour(i)
+            detours += 1
         if i + 1 == args.warmup:
             warm = process_figures()
             warm_time = time.time()
@@ -65,9 +93,9 @@ def main():
         ok = ok and grew < 50 and fd1 <= fd0 and th1 <= th0
         rows.append([rank, "%.1f" % rss0, "%.1f" % rss1, "%+.1f" % grew, "%d -> %d" % (fd0, fd1),
                      "%d -> %d" % (th0, th1)])
-    print_table("Soak: %d steps on %d ranks, %.0f steps/s after warm-up (%d steps); total %.0f s"
-                % (args.steps, hvd.size(), (args.steps - args.warmup) / elapsed, args.warmup,
-                   time.time() - start),
+    print_table("Soak: %d steps and %d detours on %d ranks, %.0f steps/s after warm-up (%d steps); "
+                "total %.0f s" % (args.steps, detours, hvd.size(), (args.steps - args.warmup) / elapsed,
+                                  args.warmup, time.time() - start),
                 ["rank", "RSS MB after warm-up", "RSS MB at end", "growth MB", "open fds", "threads"],
                 rows)
     stats = hvd.stats()
