@@ -244,6 +244,8 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
   out.responses = coordinator_.TakeReady();
   for (const Response& resp : out.responses) {
     arrivals_[resp.names[0]] = std::make_pair(resp.arrived, resp.waited_for);
+    // A stall that ended: a later stall of the same name warns afresh.
+    if (!last_warned_.empty()) last_warned_.erase(resp.names[0]);
   }
   out.joined_mode = coordinator_.joined_mode();
   if (has_proposal_) {
