@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 
@@ -12,33 +13,51 @@ namespace tf_ring {
 namespace {
 constexpr std::chrono::milliseconds kFlushPeriod(100);
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
+// Formatting appends into one growing buffer: the writer thread shares the
+// cores with training, so it avoids a temporary string per field.
+void AppendJsonString(const char* s, std::string* out) {
+  out->push_back('"');
+  for (; *s; ++s) {
+    const unsigned char c = static_cast<unsigned char>(*s);
     if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
+      out->push_back('\\');
+      out->push_back(static_cast<char>(c));
     } else if (c < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
+      out->append(buf);
     } else {
-      out += static_cast<char>(c);
+      out->push_back(static_cast<char>(c));
     }
   }
-  return out + "\"";
+  out->push_back('"');
 }
 
-std::string JsonInts(const std::vector<int>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
-  return out + "]";
+void AppendInt(int64_t v, std::string* out) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out->append(buf, r.ptr);
 }
 
-std::string Micros(int64_t ns) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3f", ns / 1000.0);
-  return buf;
+void AppendInts(const std::vector<int>& v, std::string* out) {
+  out->push_back('[');
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out->push_back(',');
+    AppendInt(v[i], out);
+  }
+  out->push_back(']');
+}
+
+// Nanoseconds as microseconds with three decimals, without floating point.
+void AppendMicros(int64_t ns, std::string* out) {
+  if (ns < 0) {
+    out->push_back('-');
+    ns = -ns;
+  }
+  AppendInt(ns / 1000, out);
+  char frac[4] = {'.', static_cast<char>('0' + ns % 1000 / 100), static_cast<char>('0' + ns % 100 / 10),
+                  static_cast<char>('0' + ns % 10)};
+  out->append(frac, 4);
 }
 
 bool WriteAll(int fd, const std::string& data, int64_t offset) {
@@ -121,41 +140,75 @@ void Timeline::CycleMark(int64_t cycle, Clock::time_point when) {
   pending_.push_back(Event{0, "CYCLE", ns, 0, true, cycle, std::string(), Args()});
 }
 
-std::string Timeline::Format(const Event& e) const {
+void Timeline::AppendFormatted(const Event& e, std::string* out) const {
   if (e.phase == nullptr) {
-    return "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(e.tid) +
-           ",\"args\":{\"name\":" + JsonString(e.label) + "}}";
+    out->append("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":");
+    AppendInt(e.tid, out);
+    out->append(",\"args\":{\"name\":");
+    AppendJsonString(e.label.c_str(), out);
+    out->append("}}");
+    return;
   }
-  std::string out = "{\"name\":\"" + std::string(e.phase) + "\",\"pid\":0,\"tid\":" +
-                    std::to_string(e.tid) + ",\"ts\":" + Micros(e.start_ns);
+  out->append("{\"name\":\"").append(e.phase).append("\",\"pid\":0,\"tid\":");
+  AppendInt(e.tid, out);
+  out->append(",\"ts\":");
+  AppendMicros(e.start_ns, out);
   if (e.instant) {
-    return out + ",\"ph\":\"i\",\"s\":\"g\",\"args\":{\"cycle\":" + std::to_string(e.cycle) + "}}";
+    out->append(",\"ph\":\"i\",\"s\":\"g\",\"args\":{\"cycle\":");
+    AppendInt(e.cycle, out);
+    out->append("}}");
+    return;
   }
-  out += ",\"ph\":\"X\",\"dur\":" + Micros(e.duration_ns);
-  std::string args;
-  auto add = [&args](const std::string& key, const std::string& value) {
-    args += (args.empty() ? "\"" : ",\"") + key + "\":" + value;
+  out->append(",\"ph\":\"X\",\"dur\":");
+  AppendMicros(e.duration_ns, out);
+  bool first = true;
+  auto key = [&](const char* name) {
+    out->append(first ? ",\"args\":{\"" : ",\"").append(name).append("\":");
+    first = false;
   };
   const Args& a = e.args;
-  if (a.via) add("via", JsonString(a.via));
-  if (a.via && std::strcmp(a.via, "coordinator") == 0) {
-    add("arrived", JsonInts(a.arrived));
-    add("waited_for", JsonInts(a.waited_for));
+  if (a.via) {
+    key("via");
+    AppendJsonString(a.via, out);
+    if (std::strcmp(a.via, "coordinator") == 0) {
+      key("arrived");
+      AppendInts(a.arrived, out);
+      key("waited_for");
+      AppendInts(a.waited_for, out);
+    }
   }
-  if (a.bytes >= 0) add("bytes", std::to_string(a.bytes));
-  if (a.tensors_in_batch >= 0) add("tensors_in_batch", std::to_string(a.tensors_in_batch));
-  if (a.transport) add("transport", JsonString(a.transport));
-  if (!a.error.empty()) add("error", JsonString(a.error));
-  if (!args.empty()) out += ",\"args\":{" + args + "}";
-  return out + "}";
+  if (a.bytes >= 0) {
+    key("bytes");
+    AppendInt(a.bytes, out);
+  }
+  if (a.tensors_in_batch >= 0) {
+    key("tensors_in_batch");
+    AppendInt(a.tensors_in_batch, out);
+  }
+  if (a.transport) {
+    key("transport");
+    AppendJsonString(a.transport, out);
+  }
+  if (!a.error.empty()) {
+    key("error");
+    AppendJsonString(a.error.c_str(), out);
+  }
+  if (!first) out->push_back('}');
+  out->push_back('}');
 }
 
 void Timeline::Flush(std::vector<Event>* events) {
   if (events->empty() || fd_ < 0) return;
-  std::string chunk;
-  for (const Event& e : *events) chunk += ",\n" + Format(e);
+  std::string& chunk = chunk_;  // reused: keeps its capacity between flushes
+  chunk.clear();
+  for (const Event& e : *events) {
+    chunk.append(",\n");
+    AppendFormatted(e, &chunk);
+  }
+  const size_t body = chunk.size();
   // Overwrite the closing bracket, then close the array again.
-  if (WriteAll(fd_, chunk + "\n]\n", close_offset_)) close_offset_ += static_cast<int64_t>(chunk.size());
+  chunk.append("\n]\n");
+  if (WriteAll(fd_, chunk, close_offset_)) close_offset_ += static_cast<int64_t>(body);
   events->clear();
 }
 

@@ -66,7 +66,7 @@ class Timeline {
   int RowOf(const std::string& tensor);  // caller holds mu_
   void WriterLoop();
   void Flush(std::vector<Event>* events);
-  std::string Format(const Event& e) const;
+  void AppendFormatted(const Event& e, std::string* out) const;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -78,6 +78,7 @@ class Timeline {
   Clock::time_point origin_;
   std::unordered_map<std::string, int> rows_;
   std::vector<Event> pending_;
+  std::string chunk_;  // the writer thread's formatting buffer
   std::thread writer_;
 };
 
