@@ -139,3 +139,24 @@ def test_uneven_training_matches_a_replay_of_every_rank():
         rb -= lr * np.mean([g[1] for g in grads], axis=0)
     np.testing.assert_allclose(w.numpy(), rw, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(b.numpy(), rb, rtol=1e-4, atol=1e-5)
+
+
+def test_join_inside_tf_function_returns_a_tensor():
+    """A graph-mode join: the uneven loop and the join both run in tf.function."""
+    me, size = hvd.rank(), hvd.size()
+
+    @tf.function
+    def step(x):
+        return hvd.allreduce(x, op=hvd.Sum, name="fn_join_sum")
+
+    @tf.function
+    def finish():
+        return hvd.join()
+
+    for i in range(me + 1):  # rank r runs r + 1 steps
+        got = step(tf.fill([3], float(i + 1)))
+        active = sum(1 for q in range(size) if q + 1 > i)
+        np.testing.assert_allclose(got.numpy(), np.full(3, float(i + 1) * active))
+    last = finish()
+    assert isinstance(last, tf.Tensor) and last.dtype == tf.int32 and last.shape == ()
+    assert int(last) == size - 1
