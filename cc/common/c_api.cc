@@ -1,6 +1,8 @@
 // C entry points for Python (ctypes). They live in the same shared library as
 // the TensorFlow kernels, so both see the one Engine of this process.
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <cstring>
 #include <vector>
 
@@ -28,9 +30,14 @@ int tf_ring_init(const void* mpi_comm, char* error, int error_len) {
 
 void tf_ring_shutdown() { Engine::Get().Shutdown(); }
 
+// At interpreter exit. MPI_Finalize waits for every rank, so a rank that left
+// the job early (sys.exit mid-training) cannot exit before the ranks whose
+// collectives its leaving failed; those then linger a moment after
+// finalizing, so the early rank's exit code is the one mpirun reports first.
 void tf_ring_finalize_mpi() {
   Engine::Get().Shutdown();
   tf_ring::MpiContext::FinalizeIfOwned();
+  if (Engine::Get().failed_by_peer()) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 int tf_ring_is_initialized() { return Engine::Get().running() ? 1 : 0; }

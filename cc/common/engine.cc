@@ -177,6 +177,7 @@ Status Engine::Init(const void* mpi_comm) {
   impl_ = std::move(impl);
   ResetStats();
   shutdown_requested_ = false;
+  failed_by_peer_ = false;
   {
     std::lock_guard<std::mutex> accept(accept_mu_);
     accepting_ = true;
@@ -292,6 +293,7 @@ void Engine::Loop() {
   Status failure;
   bool joined_here = false;  // this rank called join() and waits for the others
   std::string stopped_by = StoppedBy({}, topology_.rank);
+  bool by_peer = false;  // stopped by another rank's shutdown, not this one's
   for (;;) {
     // With collectives in flight, go straight to the next cycle: the peers
     // we wait on arrive within it. Only a rank with nothing pending idles;
@@ -361,6 +363,7 @@ void Engine::Loop() {
         failure = Status::Aborted(responses.shutdown_reason);
       }
       stopped_by = StoppedBy(responses.shutdown_ranks, topology_.rank);
+      by_peer = !shutdown_requested_.load();
       break;
     }
   }
@@ -375,7 +378,9 @@ void Engine::Loop() {
   Status closing = failure.ok() ? Status::Aborted("tf_ring was shut down " + stopped_by +
                                                   "; this collective could not run.")
                                 : failure;
-  for (TensorEntry& e : s.queue.TakeAllEntries()) e.done(closing);
+  std::vector<TensorEntry> pending = s.queue.TakeAllEntries();
+  failed_by_peer_ = failure.ok() && by_peer && !pending.empty();
+  for (TensorEntry& e : pending) e.done(closing);
 }
 
 }  // namespace tf_ring

@@ -62,6 +62,10 @@ class Engine {
   AutotuneState autotune_state();
   std::vector<ParamChange> param_history();
 
+  // True when another rank stopped the engine while this rank still had
+  // collectives pending: that rank left the job early (see c_api.cc).
+  bool failed_by_peer() const { return failed_by_peer_.load(); }
+
   Topology topology() const { return topology_; }
   const EngineStats& stats() const { return stats_; }
   void ResetStats();
@@ -85,6 +89,7 @@ class Engine {
   std::string stop_reason_;     // why the loop stopped: the error, or who shut it down
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> failed_by_peer_{false};
   std::thread thread_;
   std::unique_ptr<Impl> impl_;
   Topology topology_;
