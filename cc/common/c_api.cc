@@ -2,8 +2,8 @@
 // the TensorFlow kernels, so both see the one Engine of this process.
 #include <chrono>
 #include <cstdint>
-#include <thread>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "common/engine.h"

@@ -87,7 +87,7 @@ struct Engine::Impl {
 
 namespace {
 // Who stopped the engine when it stopped without an error, so that a rank
-// whose peer exited says which peer: "on this rank", "by rank 1 (...)".
+// whose peer exited says which peer: "on this rank", "by rank 1, which ...".
 std::string StoppedBy(const std::vector<int32_t>& by_ranks, int my_rank) {
   std::string others;
   for (int32_t r : by_ranks) {
