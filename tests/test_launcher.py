@@ -3,6 +3,7 @@ and naming the failed rank."""
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -253,3 +254,39 @@ def test_check_build_from_the_command_line(tmp_path):
                             env=dict(os.environ, TF_RING_BUILD_INFO=fake))
     assert result.returncode == 1
     assert "built against TensorFlow 2.0.0" in result.stderr
+
+
+# --- signals to the launcher ------------------------------------------------
+
+@pytest.mark.parametrize("np", [2, 3])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_launcher_stops_every_rank(sig, np):
+    """Ctrl-C (SIGINT) or kill (SIGTERM) on tfringrun ends the whole job: the
+    launcher passes the signal to mpirun instead of dying alone and leaving
+    the ranks running."""
+    marker = "tfringrun_signal_test_%s_%d" % (signal.Signals(sig).name, np)
+    script = "import time; print('running', flush=True); time.sleep(300)  # " + marker
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tf_ring.run", "-np", str(np), sys.executable, "-c", script],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # A background child of a non-interactive shell inherits SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        started = 0
+        while started < np:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()[-3000:]
+            started += line.strip() == "running"
+        start = time.time()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        elapsed = time.time() - start
+    finally:
+        subprocess.run(["pkill", "-KILL", "-s", str(proc.pid)], check=False)
+    assert proc.returncode == 128 + sig, (proc.returncode, err[-3000:])
+    assert "tfringrun: %s received; the job was stopped on all %d ranks" % (
+        signal.Signals(sig).name, np) in err, err[-3000:]
+    assert elapsed < 30, elapsed
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert left == [], left

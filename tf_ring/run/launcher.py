@@ -156,12 +156,34 @@ def main(argv=None):
     if args.verbose:
         _print_plan(args, cmd)
 
+    return _run_job(cmd, env, args.np)
+
+
+# Signals that stop the job: the launcher passes them on to mpirun, which
+# stops every rank. Dying on them instead would leave mpirun and the ranks
+# running with no parent.
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _run_job(cmd, env, np):
     proc = subprocess.Popen(cmd, env=env)
+    received = []
+
+    def forward(signum, _frame):
+        received.append(signum)
+        proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
     try:
         rc = proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        name = signal.Signals(received[0]).name
+        print("tfringrun: %s received; the job was stopped on all %d ranks (mpirun exited with %d)"
+              % (name, np, rc), file=sys.stderr)
+        return 128 + received[0]
     if rc != 0:
         print("tfringrun: job failed with exit code %d (see the 'rank N exited' line above for the "
               "first rank that failed)" % rc, file=sys.stderr)
