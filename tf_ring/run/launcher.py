@@ -166,15 +166,20 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _run_job(cmd, env, np):
-    proc = subprocess.Popen(cmd, env=env)
-    received = []
+    received, started = [], []
 
     def forward(signum, _frame):
         received.append(signum)
-        proc.send_signal(signum)
+        for proc in started:
+            proc.send_signal(signum)
 
+    # Installed before mpirun starts, so no signal finds the launcher unguarded.
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
     try:
+        proc = subprocess.Popen(cmd, env=env)
+        started.append(proc)
+        if received:  # arrived while mpirun was starting
+            proc.send_signal(received[0])
         rc = proc.wait()
     finally:
         for sig, handler in previous.items():
