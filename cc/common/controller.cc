@@ -35,9 +35,18 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     waiting_since_.push_back(now);
   }
   // A cache hit that other ranks leave waiting is demoted to a full request,
-  // so rank 0's stall inspector can see who is missing it.
-  const auto demote_after = std::chrono::duration<double>(
-      std::min(1.0, stall_.check_seconds > 0 ? stall_.check_seconds : 1.0));
+  // so rank 0's stall inspector can see who is missing it. The request says
+  // how long it already waited, so demoting at half the inspector's period
+  // still warns on time, and a rank that merely lags costs no negotiation.
+  double period = 0;
+  for (double p : {stall_.check_seconds, stall_.shutdown_seconds}) {
+    if (p > 0 && (period == 0 || p < period)) period = p;
+  }
+  const auto demote_after = std::chrono::duration<double>(period > 0 ? period / 2 : 1e9);
+  auto stamp_wait = [&](size_t i) {
+    waiting_[i].waited_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(now - waiting_since_[i]).count();
+  };
 
   std::vector<Request> to_send;
   std::vector<Response> from_cache;
@@ -45,6 +54,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   if (joined_mode_) {
     // Joined ranks hold none of these tensors, so the cache bits could never
     // agree: everything goes through rank 0 until the join completes.
+    for (size_t i = 0; i < waiting_.size(); ++i) stamp_wait(i);
     to_send = std::move(waiting_);
     waiting_.clear();
     waiting_since_.clear();
@@ -108,6 +118,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
         still_waiting.push_back(std::move(waiting_[i]));  // other ranks not there yet
         still_since.push_back(waiting_since_[i]);
       } else {
+        stamp_wait(i);
         to_send.push_back(std::move(waiting_[i]));
       }
     }
@@ -116,6 +127,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     counts->cache_hits += static_cast<int64_t>(from_cache.size());
     negotiate = !(vec.back() & kFlagHasUncached) || !(vec.back() & kFlagShutdown) || any_invalid;
   } else {
+    for (size_t i = 0; i < waiting_.size(); ++i) stamp_wait(i);
     to_send = std::move(waiting_);
     waiting_.clear();
     waiting_since_.clear();

@@ -1,5 +1,6 @@
 #include "common/coordinator.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -242,9 +243,11 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
     p.by_rank.resize(size_);
     p.present.assign(size_, false);
     p.first_seen = now;
+    p.stall_since = now;
     it = table_.emplace(request.name, std::move(p)).first;
   }
   Pending& p = it->second;
+  p.stall_since = std::min(p.stall_since, now - std::chrono::microseconds(request.waited_us));
   const int r = request.rank;
   if (p.present[r]) {
     p.duplicate_error = std::string(OpTypeName(request.op)) + " of tensor '" + request.name +
@@ -299,10 +302,10 @@ std::vector<StalledTensor> Coordinator::Stalled(std::chrono::duration<double> af
   std::vector<StalledTensor> out;
   for (const auto& kv : table_) {
     const Pending& p = kv.second;
-    if (p.queued || now - p.first_seen < after) continue;
+    if (p.queued || now - p.stall_since < after) continue;
     StalledTensor s;
     s.name = kv.first;
-    s.waited_seconds = std::chrono::duration<double>(now - p.first_seen).count();
+    s.waited_seconds = std::chrono::duration<double>(now - p.stall_since).count();
     for (int r = 0; r < size_; ++r) {
       if (p.present[r]) {
         s.ready_ranks.push_back(r);

@@ -54,6 +54,7 @@ class Coordinator {
     std::vector<bool> present;
     int count = 0;
     Clock::time_point first_seen;
+    Clock::time_point stall_since;  // earliest submission on any rank, for the inspector
     std::string duplicate_error;
     bool queued = false;  // already in ready_order_
     std::vector<int> arrival_order;

@@ -6,7 +6,7 @@ namespace tf_ring {
 
 namespace {
 // Bumped whenever a field changes so that mixed builds fail loudly.
-constexpr uint32_t kWireVersion = 4;
+constexpr uint32_t kWireVersion = 5;
 
 void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int32_t>(r.rank);
@@ -19,6 +19,7 @@ void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<double>(r.prescale);
   w->Put<double>(r.postscale);
   w->PutVector(r.splits);
+  w->Put<int64_t>(r.waited_us);
 }
 
 bool ReadRequest(ByteReader* rd, Request* r) {
@@ -32,6 +33,7 @@ bool ReadRequest(ByteReader* rd, Request* r) {
   r->prescale = rd->Get<double>();
   r->postscale = rd->Get<double>();
   r->splits = rd->GetVector<int64_t>();
+  r->waited_us = rd->Get<int64_t>();
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
       reduce_op > static_cast<uint8_t>(ReduceOp::kProduct) || !IsValidDataType(dtype)) {
     return false;

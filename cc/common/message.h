@@ -40,6 +40,10 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  // How long it had already waited on its rank before this negotiation (a
+  // cache hit the other ranks left waiting), so stall times count from the
+  // submission, not from when rank 0 first heard of it.
+  int64_t waited_us = 0;
   // Local only (never sent): when the framework enqueued it, for the timeline.
   std::chrono::steady_clock::time_point enqueued_at;
 

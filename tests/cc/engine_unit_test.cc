@@ -47,6 +47,7 @@ static void TestRequestRoundTrip() {
   r.prescale = 0.25;
   r.postscale = 3.5;
   r.splits = {1, 0, 127};
+  r.waited_us = 1234567;
   list.requests.push_back(r);
   list.requests.push_back(MakeRequest(3, "", {}));  // empty name, scalar
 
@@ -60,6 +61,7 @@ static void TestRequestRoundTrip() {
   CHECK(b.op == OpType::kAlltoall && b.reduce_op == ReduceOp::kMax);
   CHECK(b.dtype == DataType::kBFloat16 && b.root_rank == 2);
   CHECK(b.prescale == 0.25 && b.postscale == 3.5 && b.splits == r.splits);
+  CHECK(b.waited_us == 1234567);
   CHECK(back.requests[1].name.empty() && back.requests[1].shape.empty());
 
   // Every truncation of a valid message must be rejected, never over-read.
@@ -187,6 +189,14 @@ static void TestCoordinatorDuplicateAndStall() {
   CHECK(ready.size() == 1 && Contains(ready[0].error, "submitted this name again"));
   std::vector<Response> failed = c.FailPending({"s"}, "stalled");
   CHECK(failed.size() == 1 && failed[0].error == "stalled" && c.empty());
+
+  // A request that already waited on its rank (a demoted cache hit) counts
+  // its stall from the submission: 4 s there + 2 s at rank 0 = stalled at 5 s.
+  Request late = MakeRequest(0, "cached", {1});
+  late.waited_us = 4000000;
+  c.Add(late, t0);
+  auto from_submission = c.Stalled(std::chrono::seconds(5), t0 + std::chrono::seconds(2));
+  CHECK(from_submission.size() == 1 && from_submission[0].waited_seconds >= 5.9);
 }
 
 static Request JoinRequest(int rank) {
