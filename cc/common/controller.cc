@@ -34,15 +34,6 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     waiting_.push_back(std::move(r));
     waiting_since_.push_back(now);
   }
-  // A cache hit that other ranks leave waiting is demoted to a full request,
-  // so rank 0's stall inspector can see who is missing it. The request says
-  // how long it already waited, so demoting at half the inspector's period
-  // still warns on time, and a rank that merely lags costs no negotiation.
-  double period = 0;
-  for (double p : {stall_.check_seconds, stall_.shutdown_seconds}) {
-    if (p > 0 && (period == 0 || p < period)) period = p;
-  }
-  const auto demote_after = std::chrono::duration<double>(period > 0 ? period / 2 : 1e9);
   auto stamp_wait = [&](size_t i) {
     waiting_[i].waited_us =
         std::chrono::duration_cast<std::chrono::microseconds>(now - waiting_since_[i]).count();
@@ -51,14 +42,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   std::vector<Request> to_send;
   std::vector<Response> from_cache;
   bool negotiate = true;
-  if (joined_mode_) {
-    // Joined ranks hold none of these tensors, so the cache bits could never
-    // agree: everything goes through rank 0 until the join completes.
-    for (size_t i = 0; i < waiting_.size(); ++i) stamp_wait(i);
-    to_send = std::move(waiting_);
-    waiting_.clear();
-    waiting_since_.clear();
-  } else if (cache_.capacity() > 0) {
+  if (!joined_mode_ && cache_.capacity() > 0) {
     const size_t words = (cache_.capacity() + 63) / 64;
     std::vector<uint64_t> vec(2 * words + 1, 0);
     std::fill(vec.begin() + words, vec.end(), ~0ULL);
@@ -66,7 +50,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     std::vector<uint32_t> bits(waiting_.size(), 0);
     for (size_t i = 0; i < waiting_.size(); ++i) {
       lookups[i] = cache_.Find(waiting_[i], &bits[i]);
-      if (lookups[i] == ResponseCache::Lookup::kHit && now - waiting_since_[i] > demote_after) {
+      if (lookups[i] == ResponseCache::Lookup::kHit && now - waiting_since_[i] > demote_after_) {
         lookups[i] = ResponseCache::Lookup::kInvalid;
       }
       const uint64_t mask = 1ULL << (bits[i] % 64);
@@ -127,6 +111,9 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     counts->cache_hits += static_cast<int64_t>(from_cache.size());
     negotiate = !(vec.back() & kFlagHasUncached) || !(vec.back() & kFlagShutdown) || any_invalid;
   } else {
+    // Cache off, or some rank joined: joined ranks hold none of these
+    // tensors, so the cache bits could never agree, and everything goes
+    // through rank 0 until the join completes.
     for (size_t i = 0; i < waiting_.size(); ++i) stamp_wait(i);
     to_send = std::move(waiting_);
     waiting_.clear();

@@ -7,6 +7,7 @@
 #ifndef TF_RING_COMMON_CONTROLLER_H_
 #define TF_RING_COMMON_CONTROLLER_H_
 
+#include <chrono>
 #include <unordered_map>
 
 #include "common/autotune.h"
@@ -31,7 +32,8 @@ struct CycleCounts {
 class Controller {
  public:
   Controller(const MpiContext* mpi, size_t cache_capacity, StallConfig stall)
-      : mpi_(mpi), coordinator_(mpi->size()), cache_(cache_capacity), stall_(stall) {}
+      : mpi_(mpi), coordinator_(mpi->size()), cache_(cache_capacity), stall_(stall),
+        demote_after_(DemoteAfter(stall)) {}
 
   // Adds this cycle's new requests and returns, in the same order on every
   // rank, the responses that are ready everywhere.
@@ -56,6 +58,19 @@ class Controller {
   Coordinator coordinator_;
   ResponseCache cache_;
   StallConfig stall_;
+  // A cache hit that other ranks leave waiting is demoted to a full request,
+  // so rank 0's stall inspector can see who is missing it. The request says
+  // how long it already waited, so demoting at half the inspector's shortest
+  // period still warns on time, and a rank that merely lags costs no
+  // negotiation. Without an inspector, never.
+  static std::chrono::duration<double> DemoteAfter(const StallConfig& stall) {
+    double period = 0;
+    for (double p : {stall.check_seconds, stall.shutdown_seconds}) {
+      if (p > 0 && (period == 0 || p < period)) period = p;
+    }
+    return std::chrono::duration<double>(period > 0 ? period / 2 : 1e9);
+  }
+  const std::chrono::duration<double> demote_after_;
   std::vector<Request> waiting_;  // cache hits not yet ready on every rank
   std::vector<Coordinator::Clock::time_point> waiting_since_;  // parallel to waiting_
   std::unordered_map<std::string, Coordinator::Clock::time_point> last_warned_;
