@@ -288,11 +288,13 @@ class SimulatedHosts(object):
         """subprocess.run of the shell `command` on `hostname`, through the agent."""
         return subprocess.run([self.agent, hostname, command], **kwargs)
 
-    def mpi_args(self):
-        """Open MPI arguments that reach the hosts through the agent and keep
-        both control (PRRTE's out-of-band) and data (BTL) traffic on the
-        harness's subnet."""
-        return ["--mca", "plm_rsh_agent", self.agent, "--prtemca", "plm_rsh_agent", self.agent,
+    def mpi_args(self, ranks_per_host):
+        """The same as raw mpirun arguments (for running mpirun without tfringrun):
+        reach the hosts through the agent, keep both control (PRRTE's
+        out-of-band) and data (BTL) traffic on the harness's subnet."""
+        return ["-np", str(ranks_per_host * self.n_hosts), "--host", self.hosts_arg(ranks_per_host),
+                "--map-by", "ppr:%d:node" % ranks_per_host,
+                "--mca", "plm_rsh_agent", self.agent, "--prtemca", "plm_rsh_agent", self.agent,
                 "--prtemca", "oob_tcp_if_include", self.subnet,
                 "--mca", "btl_tcp_if_include", self.subnet]
 
@@ -302,6 +304,6 @@ class SimulatedHosts(object):
     def launcher_args(self, ranks_per_host):
         """tfringrun arguments for `ranks_per_host` ranks on each host (place
         them before the command)."""
-        mpi = self.mpi_args() + ["--map-by", "ppr:%d:node" % ranks_per_host]
         return ["-np", str(ranks_per_host * self.n_hosts), "-H", self.hosts_arg(ranks_per_host),
-                "--mpi-args", " ".join(mpi)]
+                "--rsh-agent", self.agent, "--network-interface", self.subnet,
+                "--mpi-args", "--map-by ppr:%d:node" % ranks_per_host]

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 
-from tf_ring.run import check_build, engine_flags, layout
+from tf_ring.run import check_build, cluster_hosts, engine_flags, layout
 
 # Each rank runs under this tiny shell wrapper so a failure names its rank.
 _RANK_WRAPPER = ('"$@"; rc=$?; if [ $rc -ne 0 ]; then '
@@ -41,10 +41,26 @@ def _make_parser():
     groups = {name: parser.add_argument_group(name) for name in
               (engine_flags.GROUP_ENGINE, engine_flags.GROUP_TIMELINE, engine_flags.GROUP_DIAGNOSTICS)}
     layout_group.add_argument("-np", "--num-proc", dest="np", type=int, default=None,
-                              help="total number of processes (ranks) to start")
+                              help="total number of processes (ranks) to start (default with "
+                                   "hosts: their total slots)")
     layout_group.add_argument("-H", "--hosts", default=None,
-                              help="hosts and slots, e.g. host1:2,host2:2 (default: this machine, "
-                                   "one slot per core)")
+                              help="hosts and slots, e.g. host1:2,host2:2 (default: --hostfile, "
+                                   "else the Slurm allocation, else this machine with one slot "
+                                   "per core)")
+    layout_group.add_argument("--hostfile", default=None, metavar="FILE",
+                              help="file with one 'HOST slots=N' per line ('#' comments allowed) "
+                                   "(default: none)")
+    layout_group.add_argument("--oversubscribe", action="store_true",
+                              help="allow more ranks than the hosts' slots (default: off; always "
+                                   "allowed on this machine alone)")
+    layout_group.add_argument("--network-interface", default=None, metavar="IF_OR_CIDR",
+                              help="keep Open MPI's control and data traffic on this interface "
+                                   "(e.g. eth1) or subnet (e.g. 10.0.0.0/24) (default: all)")
+    layout_group.add_argument("--ssh-port", type=int, default=None,
+                              help="port of the hosts' SSH servers (default: ssh's own)")
+    layout_group.add_argument("--rsh-agent", default=None, metavar="COMMAND",
+                              help="program mpirun starts its daemons on other hosts with, "
+                                   "instead of ssh (default: ssh)")
     layout_group.add_argument("--bind-to", default="none",
                               help="mpirun --bind-to policy (default: none, as TensorFlow uses "
                                    "several threads per rank)")
@@ -66,29 +82,54 @@ def _make_parser():
     return parser
 
 
-def parse_args(argv):
+def parse_args(argv, environ=None):
+    """`environ` (default: ours) is where a Slurm allocation is looked for."""
     parser = _make_parser()
     args = parser.parse_args(argv)
     if args.check_build:
         return args
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    try:
+        args.host_list, args.hosts_source = cluster_hosts.resolve(
+            args.hosts, args.hostfile, os.environ if environ is None else environ)
+    except cluster_hosts.HostsError as e:
+        parser.error(str(e))
+    args.hosts = cluster_hosts.hosts_string(args.host_list) if args.host_list else None
     if args.np is None:
-        parser.error("-np is required: tfringrun -np N python script.py")
+        if not args.host_list:
+            parser.error("-np is required: tfringrun -np N python script.py")
+        args.np = sum(slots for _, slots in args.host_list)
     if not args.command:
         parser.error("no command given: tfringrun -np N python script.py")
     if args.np < 1:
         parser.error("-np must be at least 1")
-    if args.hosts:
-        try:
-            layout.parse_hosts(args.hosts)
-        except ValueError as e:
-            parser.error("-H: %s" % e)
+    if args.host_list and not args.oversubscribe:
+        slots = sum(slots for _, slots in args.host_list)
+        if args.np > slots:
+            parser.error("-np %d is more ranks than the %d slots of %s (from %s); give more slots "
+                         "or add --oversubscribe" % (args.np, slots, args.hosts, args.hosts_source))
+    if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
+        parser.error("--ssh-port %d is not a port number (1-65535)" % args.ssh_port)
+    if args.rsh_agent and os.path.isfile(args.rsh_agent):
+        args.rsh_agent = os.path.abspath(args.rsh_agent)  # mpirun may run it from elsewhere
     return args
 
 
-def _host_slots(hosts):
-    return sum(slots for _, slots in layout.parse_hosts(hosts))
+def _network_arguments(args):
+    """mpirun arguments for --network-interface, --ssh-port and --rsh-agent.
+    PRRTE's daemons read their settings with --prtemca, the MPI library with
+    --mca; the agent goes to both because either may start processes."""
+    cmd = []
+    if args.network_interface:
+        cmd += ["--prtemca", "oob_tcp_if_include", args.network_interface,
+                "--mca", "btl_tcp_if_include", args.network_interface]
+    if args.ssh_port is not None:
+        cmd += ["--prtemca", "plm_ssh_args", "-p %d" % args.ssh_port]
+    if args.rsh_agent:
+        cmd += ["--mca", "plm_rsh_agent", args.rsh_agent,
+                "--prtemca", "plm_rsh_agent", args.rsh_agent]
+    return cmd
 
 
 def build_command(args, is_root=None, cores=None, environ=None):
@@ -101,7 +142,7 @@ def build_command(args, is_root=None, cores=None, environ=None):
         cmd.append("--allow-run-as-root")
     if args.hosts:
         cmd += ["--host", args.hosts]
-        slots = _host_slots(args.hosts)
+        slots = sum(slots for _, slots in args.host_list)
         if environ is None:
             environ = dict(os.environ, **engine_flags.environment(args))
         for key in sorted(environ):
@@ -109,9 +150,12 @@ def build_command(args, is_root=None, cores=None, environ=None):
                 cmd += ["-x", key]
     else:
         slots = cores
-    if args.np > slots:
+    # parse_args let more ranks than slots through only with --oversubscribe
+    # or on this machine alone, where slots are merely its cores.
+    if args.np > slots or args.oversubscribe:
         cmd.append("--oversubscribe")
     cmd += ["--bind-to", args.bind_to]
+    cmd += _network_arguments(args)
     cmd += shlex.split(args.mpi_args)
     cmd += ["sh", "-c", _RANK_WRAPPER, "tfringrun-rank"] + list(args.command)
     return cmd
@@ -137,7 +181,8 @@ def child_environment(args, base=None):
 
 def _print_plan(args, cmd):
     where = args.hosts or "localhost:%d" % (os.cpu_count() or 1)
-    print("tfringrun: %d ranks on %s" % (args.np, where), file=sys.stderr)
+    source = " (from %s)" % args.hosts_source if args.hosts_source not in (None, "-H") else ""
+    print("tfringrun: %d ranks on %s%s" % (args.np, where, source), file=sys.stderr)
     print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
     for key, value in sorted(engine_flags.environment(args).items()):
         print("tfringrun: %s=%s" % (key, value), file=sys.stderr)
