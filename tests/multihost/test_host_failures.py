@@ -1,0 +1,132 @@
+"""A host that dies mid-training, or whose daemon cannot start, fails the
+whole job with a non-zero exit naming that host, and leaves nothing behind.
+2 simulated hosts x 2 ranks."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+from multihost.simulated_hosts import SimulatedHosts, namespaces_available
+
+AVAILABLE, WHY = namespaces_available()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
+
+TRAINING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "endless_training.py")
+# Ranks on other hosts start in this directory but need tf_ring importable.
+ENV = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def start_job(launcher_args, command):
+    return subprocess.Popen([sys.executable, "-m", "tf_ring.run"] + launcher_args + command,
+                            cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def finish(proc, timeout):
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["pkill", "-KILL", "-s", str(proc.pid)], check=False)
+        out, err = proc.communicate()
+        pytest.fail("the job did not end within %d s\n%s\n%s" % (timeout, out[-3000:], err[-5000:]))
+
+
+def leftovers(hosts, proc):
+    """Processes still on the hosts, or in the job's session on this machine."""
+    pids = [p for host in hosts.hostnames for p in hosts.pids_on(host)]
+    pids += subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True,
+                           text=True).stdout.split()
+    return subprocess.run(["ps", "-o", "pid,stat,args", "-p", ",".join(map(str, pids))],
+                          capture_output=True, text=True).stdout if pids else ""
+
+
+def assert_nothing_left(hosts, proc, within=15):
+    """Dying processes (exiting, or zombies not yet reaped) get `within` s."""
+    deadline = time.time() + within
+    while leftovers(hosts, proc) and time.time() < deadline:
+        time.sleep(0.5)
+    assert leftovers(hosts, proc) == ""
+
+
+@pytest.mark.parametrize("victim", [0, 1], ids=["host-of-rank-0", "second-host"])
+def test_killing_a_host_mid_training_fails_the_job_naming_it(victim):
+    with SimulatedHosts(2) as hosts:
+        proc = start_job(hosts.launcher_args(2), [sys.executable, TRAINING])
+        training = []
+        while len(training) < 4:  # every rank is inside the training loop
+            line = proc.stdout.readline()
+            if not line:
+                pytest.fail("job ended early:\n" + proc.stderr.read()[-5000:])
+            training += [line] if line.startswith("TRAINING") else []
+        dead = hosts.hostnames[victim]
+        killed = hosts.kill_host(dead)
+        assert killed  # its ranks and Open MPI's daemon
+        start = time.time()
+        out, err = finish(proc, timeout=60)
+        elapsed = time.time() - start
+        assert proc.returncode != 0, err[-3000:]
+        assert elapsed < 30, elapsed
+        ranks = "%d, %d" % (2 * victim, 2 * victim + 1)
+        assert "tfringrun: host %s (ranks %s) was lost" % (dead, ranks) in err, err[-3000:]
+        assert "0 of 4 ranks finished cleanly" in err
+        assert "tfringrun-status" not in out + err  # the status lines are the launcher's
+        assert_nothing_left(hosts, proc)
+
+
+def write_agent(path, real_agent, broken_host, action):
+    """An agent that does `action` instead of reaching `broken_host`."""
+    with open(path, "w") as f:
+        f.write('#!/bin/sh\ncase "$1" in %s) %s ;; esac\nexec %s "$@"\n'
+                % (broken_host, action, real_agent))
+    os.chmod(path, 0o755)
+
+
+def with_agent(args, agent):
+    args = list(args)
+    args[args.index("--rsh-agent") + 1] = agent
+    return args
+
+
+def test_a_host_whose_agent_fails_fails_the_job_naming_it(tmp_path):
+    with SimulatedHosts(2) as hosts:
+        agent = str(tmp_path / "agent")
+        write_agent(agent, hosts.agent, "simhost1",
+                    'echo "ssh: connect to host simhost1 port 22: No route to host" >&2; exit 255')
+        proc = start_job(with_agent(hosts.launcher_args(2), agent), ["true"])
+        out, err = finish(proc, timeout=60)
+        assert proc.returncode != 0
+        assert "tfringrun: host simhost1 (ranks 2, 3): mpirun could not start or reach its " \
+               "daemon there" in err, out + err
+        assert "host simhost0" not in err
+        assert_nothing_left(hosts, proc)
+
+
+def test_an_unreachable_host_fails_the_job_naming_it():
+    with SimulatedHosts(2) as hosts:
+        # The daemon starts but cannot connect back: the host's link is down.
+        assert hosts.run_on("simhost1", "ip link set eth0 down").returncode == 0
+        proc = start_job(hosts.launcher_args(2), ["true"])
+        out, err = finish(proc, timeout=120)
+        assert proc.returncode != 0
+        assert "tfringrun: host simhost1 (ranks 2, 3): mpirun could not start" in err, out + err
+        assert_nothing_left(hosts, proc)
+
+
+def test_a_hanging_agent_hits_the_start_timeout(tmp_path):
+    with SimulatedHosts(2) as hosts:
+        agent = str(tmp_path / "agent")
+        # Like ssh waiting for a password nobody types.
+        write_agent(agent, hosts.agent, "simhost1", "exec sleep 600")
+        start = time.time()
+        proc = start_job(["--start-timeout", "5"] + with_agent(hosts.launcher_args(2), agent),
+                         ["true"])
+        out, err = finish(proc, timeout=90)
+        assert proc.returncode == 1, err
+        assert time.time() - start < 40
+        assert "4 of 4 ranks had not started 5 s after launch (--start-timeout)" in err, err
+        assert "simhost1 (ranks 2, 3)" in err
+        assert_nothing_left(hosts, proc)

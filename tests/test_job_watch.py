@@ -1,0 +1,144 @@
+"""tfringrun's rank status lines: the sh wrapper that writes them, the
+filter that takes them out of mpirun's output, and the verdict on a job
+whose ranks did not all finish (a lost host)."""
+import io
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tf_ring.run import job_watch
+from tf_ring.run.job_watch import JobWatch
+
+TOKEN = "ab12"
+
+
+def status(kind, rank, value):
+    return ("%s %s %s %d %s\n" % (job_watch.STATUS, TOKEN, kind, rank, value)).encode()
+
+
+def pump(watch, chunks, pause=0.0, idle_flush=0.05):
+    """Feeds `chunks` through a real pipe into watch.pump; returns what passed."""
+    read_fd, write_fd = os.pipe()
+    out = io.BytesIO()
+    thread = threading.Thread(target=watch.pump, args=(read_fd, out),
+                              kwargs={"idle_flush": idle_flush})
+    thread.start()
+    for chunk in chunks:
+        os.write(write_fd, chunk)
+        time.sleep(pause)
+    os.close(write_fd)
+    thread.join(timeout=10)
+    os.close(read_fd)
+    return out.getvalue()
+
+
+def test_status_lines_are_taken_out_and_everything_else_passes_unchanged():
+    watch = JobWatch(TOKEN, 2, {0: "a", 1: "b"})
+    text = [b"hello\n", status("start", 0, "a"), b"progress 10%\r", status("start", 1, "b"),
+            b"progress 20%\rdone\n", status("exit", 0, "0"), b"no newline at the end"]
+    assert pump(watch, text) == (b"hello\nprogress 10%\rprogress 20%\rdone\n"
+                                 b"no newline at the end")
+    assert watch.started == {0: "a", 1: "b"} and watch.ended == {0: ("exit", 0)}
+
+
+def test_a_status_line_split_across_reads_is_still_recognized():
+    watch = JobWatch(TOKEN, 1)
+    line = status("exit", 0, "3")
+    # The pauses make each piece its own read; the long idle_flush keeps the
+    # held-back start from being flushed as plain text in between.
+    passed = pump(watch, [b"before tfring", b"run-st" + line[len(b"tfringrun-st"):-5], line[-5:]],
+                  pause=0.05, idle_flush=5.0)
+    assert passed == b"before " and watch.ended == {0: ("exit", 3)}
+
+
+def test_text_that_only_looks_like_a_status_start_is_flushed_when_idle():
+    watch = JobWatch(TOKEN, 1)
+    assert pump(watch, [b"count: tfringrun-s"], pause=0.3) == b"count: tfringrun-s"
+    # Another job's token is not ours: passed through.
+    other = b"tfringrun-status zz99 exit 0 0\n"
+    assert pump(JobWatch(TOKEN, 1), [other]) == other
+
+
+def run_wrapper(command, rank="5", signal_after=None):
+    proc = subprocess.Popen(["sh", "-c", job_watch.rank_wrapper(TOKEN), "rank"] + command,
+                            env=dict(os.environ, OMPI_COMM_WORLD_RANK=rank),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    if signal_after is not None:
+        time.sleep(signal_after)
+        os.killpg(proc.pid, signal.SIGTERM)  # what Open MPI's teardown does
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def test_wrapper_reports_start_exit_code_and_failure():
+    host = os.uname().nodename
+    rc, out, err = run_wrapper(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (rc, out) == (3, "out\n")
+    assert err == ("%s %s start 5 %s\nerr\ntfringrun: rank 5 exited with code 3\n"
+                   "%s %s exit 5 3\n" % (job_watch.STATUS, TOKEN, host, job_watch.STATUS, TOKEN))
+    rc, _, err = run_wrapper(["true"])
+    assert rc == 0 and err.endswith("%s exit 5 0\n" % TOKEN) and "exited with code" not in err
+
+
+def test_wrapper_reports_a_teardown_signal_as_stopped_not_as_a_failure():
+    rc, _, err = run_wrapper(["sleep", "30"], signal_after=0.5)
+    assert rc == 128 + signal.SIGTERM
+    assert err.splitlines()[-1] == "%s %s stopped 5 %d" % (job_watch.STATUS, TOKEN, rc)
+    assert "exited with code" not in err and "Terminated" not in err
+
+
+def test_wrapper_keeps_the_programs_own_errors():
+    rc, _, err = run_wrapper(["no-such-program-tfring"])
+    assert rc == 127 and "no-such-program-tfring" in err and "not found" in err
+
+
+# --- verdicts -------------------------------------------------------------------
+
+PLANNED = {0: "h0", 1: "h0", 2: "h1", 3: "h1"}
+
+
+def watch_with(started, ended, mpirun_says=b""):
+    watch = JobWatch(TOKEN, 4, PLANNED)
+    lines = [status("start", r, h) for r, h in started.items()]
+    lines += [status(kind, r, str(code)) for r, (kind, code) in ended.items()]
+    pump(watch, lines + [mpirun_says])
+    return watch
+
+
+def test_verdict_all_clean_and_a_failed_rank():
+    clean = {r: ("exit", 0) for r in range(4)}
+    assert watch_with(PLANNED, clean).verdict(0) == (0, None)
+    failed = {1: ("exit", 7), 0: ("stopped", 143), 2: ("stopped", 143)}  # 3 never said
+    assert watch_with(PLANNED, failed).verdict(7) == (7, None)
+
+
+def test_verdict_names_the_host_mpirun_lost_even_when_mpirun_exits_0():
+    said = b"A daemon failed to report back\n  Local host:    vm\n  Remote host:   h1\n"
+    rc, message = watch_with(PLANNED, {}, said).verdict(0)
+    assert rc == 1
+    assert "host h1 (ranks 2, 3) was lost" in message and "h0" not in message
+    assert "0 of 4 ranks finished cleanly" in message
+    said = b"PRTE has lost communication with a remote daemon.\n\n  HNP daemon   : [p@0,0] on node vm\n" \
+           b"  Remote daemon: [p@0,2] on node h1\n"
+    assert "host h1 (ranks 2, 3) was lost" in watch_with(PLANNED, {}, said).verdict(0)[1]
+
+
+def test_verdict_without_mpirun_naming_a_host():
+    # Survivors report being stopped, so the silent ranks' host is the lost one.
+    rc, message = watch_with(PLANNED, {0: ("stopped", 143), 1: ("stopped", 143)}).verdict(0)
+    assert rc == 1 and "host h1 (ranks 2, 3) was lost" in message
+    # Everyone silent and mpirun mute: say honestly that it is one of them.
+    message = watch_with(PLANNED, {}).verdict(0)[1]
+    assert "ranks 0, 1, 2, 3 on h0, h1" in message and "one of these hosts" in message
+
+
+def test_verdict_for_a_daemon_that_never_started():
+    said = b"  Remote host:   h1\n  Daemon exit status: 255\n"
+    rc, message = watch_with({}, {}, said).verdict(255)
+    assert rc == 255
+    assert "host h1 (ranks 2, 3): mpirun could not start or reach its daemon" in message
+    assert "ssh h1" in message

@@ -1,0 +1,223 @@
+"""How a job really ended, rank by rank, without trusting mpirun's exit code.
+
+mpirun exits 0 when it loses a remote daemon (the host died), and it never
+says which rank ran where. So each rank runs under a small sh wrapper that
+reports on stderr when it starts (and on which host), and how it ended:
+"exit" with the program's code, or "stopped" when the job's teardown
+signalled it. The launcher reads mpirun's stderr, takes these status lines
+out, passes everything else through unchanged, and afterwards counts: every
+rank must have exited 0. Ranks that never reported an end ran on a host that
+died or whose daemon never started; the launcher names it.
+"""
+import os
+import re
+import select
+import threading
+
+STATUS = "tfringrun-status"
+# mpirun's own words (on stdout or stderr) for a daemon that failed to
+# start or report back, and for one it lost.
+_MPIRUN_HOST_PATTERNS = (re.compile(rb"Remote host:\s+(\S+)"),
+                         re.compile(rb"Remote daemon:\s+\S+ on node\s+(\S+)"))
+_KEEP_TAIL = 256 * 1024  # of each stream's other output, for the patterns above
+
+
+def rank_wrapper(token):
+    """The sh script every rank runs under ("$@" is the user's command).
+
+    The shell's own stderr goes to /dev/null (dash would print "Terminated"
+    for every rank the teardown stops); the program and the status lines
+    use the real stderr, kept on fd 3. The program runs in an exec'd
+    subshell so its redirection is not applied to the waiting shell, and
+    signals trapped here are reset to default for it.
+    """
+    status = 'echo "%s %s' % (STATUS, token)
+    return ('exec 3>&2 2>/dev/null; stopped=; trap "stopped=1" TERM INT HUP; '
+            'r=${OMPI_COMM_WORLD_RANK:-?}; '
+            + status + ' start $r $(uname -n)" >&3; '
+            '(exec 2>&3 3>&-; exec "$@"); rc=$?; '
+            'if [ -n "$stopped" ]; then ' + status + ' stopped $r $rc" >&3; exit $rc; fi; '
+            'if [ $rc -ne 0 ]; then echo "tfringrun: rank $r exited with code $rc" >&3; fi; '
+            + status + ' exit $r $rc" >&3; exit $rc')
+
+
+class JobWatch(object):
+    """Collects the ranks' status lines from mpirun's stderr.
+
+    planned: {rank: host} from the launcher's layout, used for ranks that
+    never said where they run.
+    """
+
+    def __init__(self, token, np, planned=None):
+        self.np = np
+        self.planned = dict(planned or {})
+        self.started = {}  # rank -> host it reported
+        self.ended = {}  # rank -> ("exit" or "stopped", code)
+        self._status = re.compile(rb"%s %s (start|exit|stopped) (\S+) ?(\S*)\r?\n"
+                                  % (STATUS.encode(), token.encode()))
+        self._tails = {}  # out stream -> the last of what passed through it
+        self._lock = threading.Lock()  # stdout and stderr are pumped by two threads
+
+    # -- reading ---------------------------------------------------------------
+    def pump(self, fd, out, idle_flush=0.3):
+        """Reads `fd` (mpirun's stdout or stderr) until EOF, writing all but
+        the status lines to `out` (a binary file). A trailing piece that may be the start of a status line
+        is held back until the rest arrives or the stream has been idle
+        `idle_flush` s."""
+        pending = b""
+        while True:
+            wait = idle_flush if pending else None
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:  # idle: what is held back was no status line
+                self._emit(pending, out)
+                pending = b""
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self._emit(pending, out)
+                return
+            pending = self._consume(pending + chunk, out)
+
+    def _consume(self, data, out):
+        """Takes out complete status lines, writes the rest, returns what to hold."""
+        kept, start = [], 0
+        for match in self._status.finditer(data):
+            kept.append(data[start:match.start()])
+            start = match.end()
+            self._record(*(g.decode(errors="replace") for g in match.groups()))
+        rest = data[start:]
+        hold = self._possible_status_start(rest)
+        self._emit(b"".join(kept) + rest[:len(rest) - hold], out)
+        return rest[len(rest) - hold:]
+
+    @staticmethod
+    def _possible_status_start(data):
+        """Length of the tail of `data` that could begin a status line."""
+        marker = STATUS.encode()
+        found = data.rfind(marker)
+        if found >= 0 and b"\n" not in data[found:]:
+            return len(data) - found
+        for size in range(min(len(marker) - 1, len(data)), 0, -1):
+            if data.endswith(marker[:size]):
+                return size
+        return 0
+
+    def _emit(self, data, out):
+        if data:
+            out.write(data)
+            out.flush()
+            with self._lock:
+                tail = self._tails.setdefault(id(out), bytearray())
+                tail += data
+                del tail[:-_KEEP_TAIL]
+
+    def _record(self, kind, rank, value):
+        if not rank.isdigit():
+            return
+        with self._lock:
+            self._record_locked(kind, rank, value)
+
+    def _record_locked(self, kind, rank, value):
+        if kind == "start":
+            self.started[int(rank)] = value
+        else:
+            self.ended[int(rank)] = (kind, int(value) if value.isdigit() else -1)
+
+    # -- judging ---------------------------------------------------------------
+    def all_started(self):
+        return len(self.started) >= self.np
+
+    def host_of(self, rank):
+        return self.started.get(rank) or self.planned.get(rank, "?")
+
+    def hosts_without_start(self):
+        """{host: [ranks]} planned there that never reported starting."""
+        return _by_host((r, self.planned.get(r, "?")) for r in range(self.np)
+                        if r not in self.started)
+
+    def mpirun_named_hosts(self):
+        """Hosts mpirun's own messages said it lost or could not start, in order."""
+        names = []
+        with self._lock:
+            texts = [bytes(tail) for tail in self._tails.values()]
+        for pattern, text in ((p, t) for p in _MPIRUN_HOST_PATTERNS for t in texts):
+            for match in pattern.finditer(text):
+                name = match.group(1).decode(errors="replace")
+                if name not in names:
+                    names.append(name)
+        return names
+
+    def lost_ranks(self):
+        """Ranks that never reported an end: their shell was killed outright,
+        which the job's own teardown never does (it signals, and they report
+        "stopped")."""
+        return [r for r in range(self.np) if r not in self.ended]
+
+    def failed_ranks(self):
+        return [r for r, (kind, code) in sorted(self.ended.items()) if kind == "exit" and code != 0]
+
+    def verdict(self, mpirun_rc):
+        """(exit code, message or None) for the whole job."""
+        if self.failed_ranks():
+            return mpirun_rc or 1, None  # the wrapper already named the first failure
+        lost = self.lost_ranks()
+        if not lost:
+            clean = sum(1 for kind, code in self.ended.values() if kind == "exit" and code == 0)
+            if clean == self.np or mpirun_rc != 0:
+                return mpirun_rc, None
+            return 1, ("tfringrun: mpirun stopped the job but no rank failed and no host was "
+                       "lost (%d of %d ranks finished cleanly)" % (clean, self.np))
+        return mpirun_rc or 1, self._lost_message(lost)
+
+    def _lost_message(self, lost):
+        # mpirun names the host whose daemon it lost when it says anything;
+        # otherwise the lost ranks' own hosts are the ones that went away.
+        named = self.mpirun_named_hosts()
+        hosts = _ordered(named or [self.host_of(r) for r in lost])
+        lines = []
+        if not named and len(hosts) > 1:
+            lines.append("tfringrun: ranks %s on %s ended without reporting an exit code: one of "
+                         "these hosts died or stopped answering (mpirun did not say which)"
+                         % (_ranks(lost), ", ".join(hosts)))
+            hosts = []
+        for host in hosts:
+            ranks = [r for r in range(self.np) if _same_host(self.host_of(r), host)
+                     or _same_host(self.planned.get(r, "?"), host)]
+            where = "ranks %s" % _ranks(ranks) if ranks else "no known ranks"
+            if not any(r in self.started for r in ranks):
+                lines.append("tfringrun: host %s (%s): mpirun could not start or reach its daemon "
+                             "there, so no rank started; check that `ssh %s` works without a "
+                             "password, the --rsh-agent and --network-interface"
+                             % (host, where, host))
+            else:
+                lines.append("tfringrun: host %s (%s) was lost: its processes ended without "
+                             "reporting an exit code, so the host died or stopped answering"
+                             % (host, where))
+        clean = sum(1 for kind, code in self.ended.values() if kind == "exit" and code == 0)
+        lines.append("tfringrun: the job failed: %d of %d ranks finished cleanly, the rest were "
+                     "stopped" % (clean, self.np))
+        return "\n".join(lines)
+
+
+def _by_host(pairs):
+    grouped = {}
+    for rank, host in pairs:
+        grouped.setdefault(host, []).append(rank)
+    return grouped
+
+
+def _ordered(names):
+    seen = []
+    for name in names:
+        if not any(_same_host(name, s) for s in seen):
+            seen.append(name)
+    return seen
+
+
+def _same_host(a, b):
+    """"node1" and "node1.cluster.local" are one host."""
+    return a == b or a.split(".")[0] == b.split(".")[0]
+
+
+def _ranks(ranks):
+    return ", ".join(str(r) for r in ranks)
