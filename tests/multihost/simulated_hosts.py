@@ -304,6 +304,10 @@ class SimulatedHosts(object):
     def launcher_args(self, ranks_per_host):
         """tfringrun arguments for `ranks_per_host` ranks on each host (place
         them before the command)."""
-        return ["-np", str(ranks_per_host * self.n_hosts), "-H", self.hosts_arg(ranks_per_host),
-                "--rsh-agent", self.agent, "--network-interface", self.subnet,
+        return ["-np", str(ranks_per_host * self.n_hosts)] + self.launcher_flags(ranks_per_host)
+
+    def launcher_flags(self, ranks_per_host):
+        """launcher_args without -np, for helpers that add -np themselves."""
+        return ["-H", self.hosts_arg(ranks_per_host), "--rsh-agent", self.agent,
+                "--network-interface", self.subnet,
                 "--mpi-args", "--map-by ppr:%d:node" % ranks_per_host]

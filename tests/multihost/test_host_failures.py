@@ -52,12 +52,24 @@ def assert_nothing_left(hosts, proc, within=15):
     assert leftovers(hosts, proc) == ""
 
 
-@pytest.mark.parametrize("victim", [0, 1], ids=["host-of-rank-0", "second-host"])
-def test_killing_a_host_mid_training_fails_the_job_naming_it(victim):
+# The launcher's side does not depend on what the ranks run: TensorFlow
+# training where the issue saw it, and a light mpi4py allreduce loop (no
+# TensorFlow to import on 4 ranks) for the host that runs rank 0.
+MPI_LOOP = ("import time; from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; "
+            "x = np.ones(1000); [c.Allreduce(MPI.IN_PLACE, x) for _ in range(5)]; "
+            "print('TRAINING rank', c.rank, flush=True); "
+            "[(c.Allreduce(MPI.IN_PLACE, x), time.sleep(0.01)) for _ in range(60000)]")
+
+
+@pytest.mark.parametrize("victim,command", [
+    (1, [sys.executable, TRAINING]),
+    (0, [sys.executable, "-c", MPI_LOOP]),
+], ids=["second-host-tf-training", "host-of-rank-0-mpi-loop"])
+def test_killing_a_host_mid_training_fails_the_job_naming_it(victim, command):
     with SimulatedHosts(2) as hosts:
-        proc = start_job(hosts.launcher_args(2), [sys.executable, TRAINING])
+        proc = start_job(hosts.launcher_args(2), command)
         training = []
-        while len(training) < 4:  # every rank is inside the training loop
+        while len(training) < 4:  # every rank is inside the loop
             line = proc.stdout.readline()
             if not line:
                 pytest.fail("job ended early:\n" + proc.stderr.read()[-5000:])

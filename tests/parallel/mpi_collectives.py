@@ -1,5 +1,7 @@
 """allreduce, allgather and broadcast: every dtype, reduce op and TF mode,
 checked against NumPy on all ranks' recomputed inputs."""
+import socket
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -188,9 +190,17 @@ def test_broadcast_gradient_only_on_root():
 
 
 def test_topology():
+    """Expected values from every rank's host name (one machine or several):
+    local = the ranks on my host; cross = the ranks with my local rank."""
     assert 0 <= hvd.rank() < hvd.size()
-    assert hvd.local_size() == hvd.size()  # one machine
-    assert hvd.local_rank() == hvd.rank()
-    assert hvd.cross_size() == 1 and hvd.cross_rank() == 0
     ranks = hvd.allgather(tf.constant([hvd.rank()]), name="ranks").numpy()
     np.testing.assert_array_equal(ranks, np.arange(hvd.size()))
+    name = np.frombuffer(socket.gethostname().encode().ljust(64, b" ")[:64], np.uint8)
+    names = hvd.allgather(tf.constant(name[None, :]), name="host_names").numpy()
+    host = [bytes(row).rstrip() for row in names]
+    local = [r for r in range(hvd.size()) if host[r] == host[hvd.rank()]]
+    local_rank_of = [[q for q in range(hvd.size()) if host[q] == host[r]].index(r)
+                     for r in range(hvd.size())]
+    cross = [r for r in range(hvd.size()) if local_rank_of[r] == local_rank_of[hvd.rank()]]
+    assert (hvd.local_size(), hvd.local_rank()) == (len(local), local.index(hvd.rank()))
+    assert (hvd.cross_size(), hvd.cross_rank()) == (len(cross), cross.index(hvd.rank()))
