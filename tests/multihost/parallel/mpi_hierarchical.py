@@ -19,7 +19,7 @@ from parallel.mpi_collectives import expected_reduction, check_close
 OPS = {hvd.Sum: "sum", hvd.Average: "average", hvd.Min: "min", hvd.Max: "max",
        hvd.Product: "product"}
 REDUCE_DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64]
-CHUNK_FLOAT32 = (1 << 20) // 4  # elements of float32 in one default shared-memory chunk
+CHUNK_FLOAT32 = (4 << 20) // 4  # float32 elements in one chunk (hierarchical default: 4 MiB)
 
 
 def reinit(**env):
@@ -100,7 +100,7 @@ def test_integer_average_is_exact_truncation():
 
 
 @pytest.mark.parametrize("elements", [1, 3, CHUNK_FLOAT32 - 1, CHUNK_FLOAT32, CHUNK_FLOAT32 + 1,
-                                      3 * CHUNK_FLOAT32 + 17])
+                                      2 * CHUNK_FLOAT32 + 17])
 def test_sizes_around_the_shared_memory_chunk(elements):
     ints = all_inputs((elements,), tf.int32, seed=21, low=-1000, high=1000)
     floats = all_inputs((elements,), tf.float32, seed=22)
