@@ -11,8 +11,9 @@ PARALLEL_DIR = os.path.join(REPO, "tests", "parallel")
 
 # tests/parallel has its own conftest (also a module named "conftest"); if the
 # single-process run loaded it, `from conftest import ...` here would get that
-# one. Those files only run under the launcher, which names them directly.
-collect_ignore = ["parallel"]
+# one. Those files only run under the launcher, which names them directly
+# (multihost/parallel's under simulated hosts).
+collect_ignore = ["parallel", "multihost/parallel"]
 
 
 def tfringrun_cmd(np, *command):

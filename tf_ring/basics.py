@@ -109,7 +109,7 @@ def mpi_threads_supported():
 
 
 STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_batches", "tensors",
-              "bytes")
+              "bytes", "hierarchical_batches")
 
 
 def stats():

@@ -8,6 +8,8 @@
 
 #include "common/controller.h"
 #include "common/fusion.h"
+#include "common/hierarchical_choice.h"
+#include "common/host_layout.h"
 #include "common/logging.h"
 #include "common/mpi_context.h"
 #include "common/mpi_types.h"
@@ -25,6 +27,9 @@ constexpr std::chrono::microseconds kIdleWake(2000);
 // Chosen by measurement (benchmarks/README.md): small enough that a chunk
 // stays in cache between staging and reduction.
 constexpr double kDefaultShmChunkBytes = 1 << 20;
+// Across hosts each chunk is also one network round per rank; fewer, larger
+// rounds measured 3-4x faster on simulated hosts (benchmarks/README.md).
+constexpr double kDefaultHierarchicalChunkBytes = 4 << 20;
 
 double EnvDouble(const char* name, double fallback) {
   const char* v = std::getenv(name);
@@ -55,6 +60,7 @@ struct Engine::Impl {
   }
 
   MpiContext mpi;
+  HostLayout hosts;
   ShmSegment shm;
   TensorQueue queue;
   std::unique_ptr<Controller> controller;
@@ -112,23 +118,36 @@ Status Engine::Init(const void* mpi_comm) {
   // start afresh, as that rank's own init() expects.
   StopLocked();
 
+  HierarchicalMode hierarchical_mode;
+  Status s = ParseHierarchicalMode(std::getenv("TF_RING_HIERARCHICAL"), &hierarchical_mode);
+  if (!s.ok()) return s;
   auto impl = std::make_unique<Impl>();
-  Status s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
+  s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
   if (!s.ok()) return s;
   impl->controller = std::make_unique<Controller>(
       &impl->mpi, static_cast<size_t>(EnvDouble("TF_RING_CACHE_CAPACITY", 1024)),
       StallConfig{EnvDouble("TF_RING_STALL_CHECK_TIME_SECONDS", 60),
                   EnvDouble("TF_RING_STALL_SHUTDOWN_TIME_SECONDS", 0)});
   impl->fusion_threshold = static_cast<int64_t>(EnvDouble("TF_RING_FUSION_THRESHOLD", 64 << 20));
-  ShmSegment* shm = nullptr;
   const char* use_shm = std::getenv("TF_RING_SHM");
-  if (impl->mpi.local_size() == impl->mpi.size() && !(use_shm && std::string(use_shm) == "0")) {
-    const double chunk = EnvDouble("TF_RING_SHM_CHUNK_BYTES", kDefaultShmChunkBytes);
+  HostCounts host_counts;
+  host_counts.shm_allowed = !(use_shm && std::string(use_shm) == "0");
+  s = impl->hosts.Init(impl->mpi, &host_counts);
+  if (!s.ok()) return s;
+  const HierarchicalChoice hierarchy = ChooseHierarchical(hierarchical_mode, host_counts);
+  // One node shares memory among all ranks; hierarchical shares it per host.
+  ShmSegment* shm = nullptr;
+  const bool one_node = impl->mpi.local_size() == impl->mpi.size();
+  if ((one_node && host_counts.shm_allowed) || hierarchy.hierarchical) {
+    const double chunk = EnvDouble("TF_RING_SHM_CHUNK_BYTES", hierarchy.hierarchical
+                                                                 ? kDefaultHierarchicalChunkBytes
+                                                                 : kDefaultShmChunkBytes);
     s = impl->shm.Init(impl->mpi.local_comm(), static_cast<size_t>(chunk));
     if (!s.ok()) return s;
     shm = &impl->shm;
   }
-  impl->operations = std::make_unique<OperationManager>(&impl->mpi, shm, &timeline_);
+  impl->operations = std::make_unique<OperationManager>(
+      &impl->mpi, shm, hierarchy.hierarchical ? &impl->hosts : nullptr, &timeline_);
   impl->batch_window = std::chrono::microseconds(
       static_cast<int64_t>(EnvDouble("TF_RING_CYCLE_TIME", 0.0) * 1000.0));
   const EngineParams initial{impl->fusion_threshold, impl->batch_window.count()};
@@ -165,11 +184,14 @@ Status Engine::Init(const void* mpi_comm) {
     s = timeline_.Start(timeline_path, EnvDouble("TF_RING_TIMELINE_MARK_CYCLES", 0) != 0);
     if (!s.ok()) Log(LogLevel::kError, s.message() + "; continuing without a timeline.");
   }
+  if (m.rank() == 0 && (host_counts.hosts > 1 || hierarchical_mode == HierarchicalMode::kOn)) {
+    Log(LogLevel::kInfo, hierarchy.why);
+  }
   if (LogEnabled(LogLevel::kInfo)) {
     Log(LogLevel::kInfo, "engine started: rank " + std::to_string(m.rank()) + " of " +
                              std::to_string(m.size()) + ", local " + std::to_string(m.local_rank()) +
                              " of " + std::to_string(m.local_size()) + ", allreduce over " +
-                             (shm ? "shared memory" : "MPI") + ", fusion threshold " +
+                             (hierarchy.hierarchical ? "shared memory within hosts, MPI across" : shm ? "shared memory" : "MPI") + ", fusion threshold " +
                              std::to_string(impl->fusion_threshold) + " bytes, cycle time " +
                              std::to_string(impl->batch_window.count()) + " us" +
                              (autotune ? " (autotune on)" : ""));
@@ -269,7 +291,7 @@ std::vector<Engine::ParamChange> Engine::param_history() {
 
 void Engine::ResetStats() {
   for (auto* c : {&stats_.cycles, &stats_.negotiations, &stats_.cache_hits, &stats_.cache_misses,
-                  &stats_.fused_batches, &stats_.tensors, &stats_.bytes}) {
+                  &stats_.fused_batches, &stats_.tensors, &stats_.bytes, &stats_.hierarchical_batches}) {
     c->store(0);
   }
 }

@@ -24,6 +24,7 @@ class MpiContext {
 
   MPI_Comm comm() const { return comm_; }
   MPI_Comm local_comm() const { return local_comm_; }
+  MPI_Comm cross_comm() const { return cross_comm_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }

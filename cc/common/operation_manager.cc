@@ -54,6 +54,7 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   stats->bytes += bytes;
   stats->tensors += static_cast<int64_t>(own);
   if (entries.size() > 1) stats->fused_batches++;
+  if (!resp.is_error() && RunsHierarchical(Context(nullptr), resp.op)) stats->hierarchical_batches++;
   for (auto& e : entries) e.done(status);
   stand_ins_.Clear();
 }
@@ -63,7 +64,9 @@ void OperationManager::Record(const Response& resp, const std::vector<TensorEntr
                               Timeline::Clock::time_point end) {
   std::vector<PhaseMarks::Mark> marks = marks_.marks();
   if (marks.empty()) marks.push_back({PhaseName(resp.op), start});
-  const char* transport = resp.op == OpType::kAllreduce && shm_ != nullptr ? "shm" : "mpi";
+  const char* transport = RunsHierarchical(Context(nullptr), resp.op)        ? "hierarchical"
+                          : resp.op == OpType::kAllreduce && shm_ != nullptr ? "shm"
+                                                                             : "mpi";
   for (const TensorEntry& e : entries) {
     for (size_t m = 0; m < marks.size(); ++m) {
       Timeline::Args args;
@@ -89,7 +92,7 @@ void OperationManager::Record(const Response& resp, const std::vector<TensorEntr
 
 Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& entries,
                              PhaseMarks* marks) {
-  CollectiveContext ctx{mpi_, &scratch_, shm_, marks};
+  const CollectiveContext ctx = Context(marks);
   switch (resp.op) {
     case OpType::kAllreduce: return RunAllreduce(ctx, resp, entries);
     case OpType::kAllgather: return RunAllgather(ctx, resp, entries);

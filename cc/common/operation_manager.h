@@ -15,14 +15,16 @@ namespace tf_ring {
 
 class OperationManager {
  public:
-  // `shm` may be null (ranks on several nodes, or TF_RING_SHM=0).
-  OperationManager(const MpiContext* mpi, ShmSegment* shm, Timeline* timeline)
-      : mpi_(mpi), shm_(shm), timeline_(timeline) {}
+  // `shm` may be null (ranks on several nodes, or TF_RING_SHM=0); `hosts` is
+  // null unless collectives run hierarchical (then `shm` is this host's).
+  OperationManager(const MpiContext* mpi, ShmSegment* shm, const HostLayout* hosts, Timeline* timeline)
+      : mpi_(mpi), shm_(shm), hosts_(hosts), timeline_(timeline) {}
 
   // Runs `resp` and completes its entries, counting it in `stats` first.
   void Execute(const Response& resp, TensorQueue* queue, EngineStats* stats);
 
  private:
+  CollectiveContext Context(PhaseMarks* marks) { return {mpi_, &scratch_, shm_, hosts_, marks}; }
   Status Run(const Response& resp, std::vector<TensorEntry>& entries, PhaseMarks* marks);
   // Timeline events for every tensor of the batch, one per phase.
   void Record(const Response& resp, const std::vector<TensorEntry>& entries, const Status& status,
@@ -30,6 +32,7 @@ class OperationManager {
 
   const MpiContext* mpi_;
   ShmSegment* shm_;
+  const HostLayout* hosts_;
   Timeline* timeline_;
   ScratchBuffer scratch_;
   StandInStore stand_ins_;

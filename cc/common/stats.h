@@ -16,6 +16,7 @@ struct EngineStats {
   std::atomic<int64_t> fused_batches{0};
   std::atomic<int64_t> tensors{0};
   std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> hierarchical_batches{0};  // collectives that crossed hosts hierarchically
 };
 
 }  // namespace tf_ring

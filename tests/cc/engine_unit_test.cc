@@ -1,6 +1,6 @@
 // Unit tests of the framework-free engine pieces: the wire format, the
-// coordinator's readiness and agreement checks, and float16/bfloat16
-// conversion. Built with g++ alone (no TensorFlow, no MPI) by
+// coordinator's readiness and agreement checks, float16/bfloat16
+// conversion, and when collectives go hierarchical. Built with g++ alone (no TensorFlow, no MPI) by
 // tests/test_engine_unit.py, which also proves the engine needs neither.
 #include <cmath>
 #include <cstdio>
@@ -9,6 +9,7 @@
 
 #include "common/coordinator.h"
 #include "common/half.h"
+#include "common/hierarchical_choice.h"
 #include "common/message.h"
 
 using namespace tf_ring;
@@ -287,6 +288,48 @@ static void TestHalfConversions() {
   CHECK(mismatches == 0);
 }
 
+static HostCounts Hosts(int hosts, int min_local, int max_local, bool shm = true) {
+  HostCounts c;
+  c.hosts = hosts;
+  c.min_local_size = min_local;
+  c.max_local_size = max_local;
+  c.shm_allowed = shm;
+  return c;
+}
+
+static void TestHierarchicalChoice() {
+  HierarchicalMode mode = HierarchicalMode::kOff;
+  CHECK(ParseHierarchicalMode(nullptr, &mode).ok() && mode == HierarchicalMode::kAuto);
+  CHECK(ParseHierarchicalMode("", &mode).ok() && mode == HierarchicalMode::kAuto);
+  CHECK(ParseHierarchicalMode("auto", &mode).ok() && mode == HierarchicalMode::kAuto);
+  CHECK(ParseHierarchicalMode("1", &mode).ok() && mode == HierarchicalMode::kOn);
+  CHECK(ParseHierarchicalMode("0", &mode).ok() && mode == HierarchicalMode::kOff);
+  Status bad = ParseHierarchicalMode("yes", &mode);
+  CHECK(!bad.ok() && Contains(bad.message(), "TF_RING_HIERARCHICAL='yes'") &&
+        Contains(bad.message(), "use 1 (on), 0 (off)"));
+
+  // Automatic: only several hosts with several ranks each, evenly.
+  HierarchicalChoice c = ChooseHierarchical(HierarchicalMode::kAuto, Hosts(2, 2, 2));
+  CHECK(c.hierarchical && Contains(c.why, "2 hosts x 2 ranks"));
+  CHECK(ChooseHierarchical(HierarchicalMode::kAuto, Hosts(4, 3, 3)).hierarchical);
+  c = ChooseHierarchical(HierarchicalMode::kAuto, Hosts(1, 4, 4));
+  CHECK(!c.hierarchical && Contains(c.why, "one host"));
+  c = ChooseHierarchical(HierarchicalMode::kAuto, Hosts(3, 1, 1));
+  CHECK(!c.hierarchical && Contains(c.why, "3 hosts with one rank each"));
+  c = ChooseHierarchical(HierarchicalMode::kAuto, Hosts(2, 1, 2));
+  CHECK(!c.hierarchical && Contains(c.why, "different rank counts (1 to 2)"));
+  c = ChooseHierarchical(HierarchicalMode::kAuto, Hosts(2, 2, 2, /*shm=*/false));
+  CHECK(!c.hierarchical && Contains(c.why, "TF_RING_SHM=0"));
+  // Forcing on cannot make an impossible layout hierarchical, and says so.
+  c = ChooseHierarchical(HierarchicalMode::kOn, Hosts(1, 2, 2));
+  CHECK(!c.hierarchical && Contains(c.why, "although TF_RING_HIERARCHICAL=1"));
+  c = ChooseHierarchical(HierarchicalMode::kOn, Hosts(2, 1, 1));
+  CHECK(!c.hierarchical && Contains(c.why, "although TF_RING_HIERARCHICAL=1"));
+  CHECK(ChooseHierarchical(HierarchicalMode::kOn, Hosts(2, 2, 2)).hierarchical);
+  c = ChooseHierarchical(HierarchicalMode::kOff, Hosts(2, 2, 2));
+  CHECK(!c.hierarchical && Contains(c.why, "TF_RING_HIERARCHICAL=0"));
+}
+
 int main() {
   TestRequestRoundTrip();
   TestResponseRoundTrip();
@@ -296,6 +339,7 @@ int main() {
   TestCoordinatorDuplicateAndStall();
   TestCoordinatorJoin();
   TestHalfConversions();
+  TestHierarchicalChoice();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -1,6 +1,8 @@
 // Allgather with a first dimension that may differ per rank. Each rank sends
-// its tensors back to back; rank r's block lands at displacement r and is
-// unpacked into every output in rank order.
+// its tensors back to back; rank r's block lands at displacement r (or, with
+// the hierarchical transfer, at its place host by host) and is unpacked into
+// every output in rank order.
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -48,11 +50,22 @@ Status RunAllgather(const CollectiveContext& ctx, const Response& resp,
   }
 
   const int rank = ctx.mpi->rank();
+  const bool hierarchical = RunsHierarchical(ctx, OpType::kAllgather);
+  std::vector<int64_t> offsets(displs.begin(), displs.end());  // where rank r's block arrives
+  if (hierarchical) offsets = HostOrderOffsets(*ctx.hosts, counts);
+  auto transfer = [&](const void* send, char* recv) {
+    if (hierarchical) return HierarchicalAllgatherv(*ctx.hosts, send, counts, offsets, recv);
+    return MPI_Allgatherv(send, counts[rank], MPI_BYTE, recv, counts.data(), displs.data(), MPI_BYTE,
+                          ctx.mpi->comm());
+  };
   int rc;
-  if (num == 1) {
+  // One tensor arriving in rank order lands straight in the output.
+  const bool in_rank_order =
+      std::equal(offsets.begin(), offsets.end(), displs.begin(),
+                 [](int64_t a, int b) { return a == static_cast<int64_t>(b); });
+  if (num == 1 && in_rank_order) {
     MarkPhase(ctx, "ALLGATHER");
-    rc = MPI_Allgatherv(entries[0].input, counts[rank], MPI_BYTE, outputs[0], counts.data(),
-                        displs.data(), MPI_BYTE, ctx.mpi->comm());
+    rc = transfer(entries[0].input, outputs[0]);
   } else {
     MarkPhase(ctx, kMemcpyIn);
     char* send = ctx.scratch->Get(total_bytes + counts[rank]);
@@ -63,11 +76,10 @@ Status RunAllgather(const CollectiveContext& ctx, const Response& resp,
       offset += entries[t].NumBytes();
     }
     MarkPhase(ctx, "ALLGATHER");
-    rc = MPI_Allgatherv(send, counts[rank], MPI_BYTE, recv, counts.data(), displs.data(), MPI_BYTE,
-                        ctx.mpi->comm());
+    rc = transfer(send, recv);
     MarkPhase(ctx, kMemcpyOut);
     for (int r = 0; r < size; ++r) {
-      int64_t src = displs[r];
+      int64_t src = offsets[r];
       for (size_t t = 0; t < num; ++t) {
         int64_t rows_before = 0;
         for (int q = 0; q < r; ++q) rows_before += resp.sizes[t * size + q];

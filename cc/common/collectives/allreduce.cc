@@ -29,7 +29,8 @@ void ApplyPostscale(void* buf, int64_t count, const Response& resp, int size) {
 }
 }  // namespace
 
-// Same node: reduce through shared memory straight between the tensors.
+// Same node, or hierarchical across hosts: reduce through shared memory
+// straight between the tensors.
 Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
                        std::vector<TensorEntry>& entries) {
   std::vector<Span> spans;
@@ -49,13 +50,14 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
   ReduceSpec spec{resp.dtype, resp.reduce_op, resp.postscale, 1};
   if (average && IsFloatingPoint(resp.dtype)) spec.postscale /= size;
   if (average && !IsFloatingPoint(resp.dtype)) spec.integer_divisor = size;
-  ShmAllreduce(ctx.shm, spans, spec);
-  return Status::OK();
+  AcrossHosts across;
+  if (ctx.hosts) across = CrossHostAllreduce(*ctx.hosts, resp.dtype, resp.reduce_op);
+  return ShmAllreduce(ctx.shm, spans, spec, across);
 }
 
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries) {
-  if (ctx.shm != nullptr) {
+  if (ctx.shm != nullptr) {  // one node, or hierarchical
     MarkPhase(ctx, "ALLREDUCE");
     return RunShmAllreduce(ctx, resp, entries);
   }

@@ -1,10 +1,18 @@
 // Broadcast from the root into every rank's output; a fused batch is packed
-// on the root and unpacked everywhere.
+// on the root and unpacked everywhere. Across hosts the transfer may be
+// hierarchical (hierarchical_broadcast.cc).
 #include <cstring>
 
 #include "common/collectives/collectives.h"
 
 namespace tf_ring {
+
+namespace {
+int Bcast(const CollectiveContext& ctx, void* buf, int64_t bytes, int root) {
+  if (RunsHierarchical(ctx, OpType::kBroadcast)) return HierarchicalBcast(*ctx.hosts, buf, bytes, root);
+  return MpiBcastLarge(buf, bytes, root, ctx.mpi->comm());
+}
+}  // namespace
 
 Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries) {
@@ -14,7 +22,7 @@ Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
     MarkPhase(ctx, "BROADCAST");
     TensorEntry& e = entries[0];
     if (is_root && e.input != e.output && e.NumBytes() > 0) std::memcpy(e.output, e.input, e.NumBytes());
-    rc = MpiBcastLarge(e.output, e.NumBytes(), resp.root_rank, ctx.mpi->comm());
+    rc = Bcast(ctx, e.output, e.NumBytes(), resp.root_rank);
   } else {
     int64_t total = 0;
     for (auto& e : entries) total += e.NumBytes();
@@ -28,7 +36,7 @@ Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
       }
     }
     MarkPhase(ctx, "BROADCAST");
-    rc = MpiBcastLarge(buf, total, resp.root_rank, ctx.mpi->comm());
+    rc = Bcast(ctx, buf, total, resp.root_rank);
     MarkPhase(ctx, kMemcpyOut);
     int64_t offset = 0;
     for (auto& e : entries) {

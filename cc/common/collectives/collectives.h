@@ -7,8 +7,10 @@
 #include <chrono>
 #include <vector>
 
+#include "common/host_layout.h"
 #include "common/message.h"
 #include "common/mpi_context.h"
+#include "common/collectives/shm_allreduce.h"
 #include "common/shm_segment.h"
 #include "common/tensor_entry.h"
 
@@ -45,9 +47,16 @@ class PhaseMarks {
 struct CollectiveContext {
   const MpiContext* mpi;
   ScratchBuffer* scratch;
-  ShmSegment* shm;     // null unless every rank shares this node's memory
-  PhaseMarks* marks;   // null unless the timeline is recording
+  ShmSegment* shm;           // this node's segment: null unless all ranks share it or `hosts` is set
+  const HostLayout* hosts;   // null unless collectives run hierarchical across hosts
+  PhaseMarks* marks;         // null unless the timeline is recording
 };
+
+// Whether `op` runs hierarchically in this context (the others stay flat).
+inline bool RunsHierarchical(const CollectiveContext& ctx, OpType op) {
+  return ctx.hosts != nullptr &&
+         (op == OpType::kAllreduce || op == OpType::kAllgather || op == OpType::kBroadcast);
+}
 
 inline void MarkPhase(const CollectiveContext& ctx, const char* phase) {
   if (ctx.marks) ctx.marks->Begin(phase);
@@ -71,6 +80,25 @@ Status RunReducescatter(const CollectiveContext& ctx, const Response& resp,
 int MpiAllreduceLarge(void* buf, int64_t count, MPI_Datatype type, size_t elem_size, MPI_Op op,
                       MPI_Comm comm);
 int MpiBcastLarge(void* buf, int64_t bytes, int root, MPI_Comm comm);
+
+// The cross-host step of the hierarchical allreduce: each rank's slice,
+// reduced inside its host, is allreduced with the same slice on the other
+// hosts (one rank per host per slice, so every rank's link share works).
+AcrossHosts CrossHostAllreduce(const HostLayout& hosts, DataType dtype, ReduceOp op);
+
+// Broadcast from global rank `root` crossing the network once per host: to
+// one rank per host (those with the root's local rank), then inside each host.
+int HierarchicalBcast(const HostLayout& hosts, void* buf, int64_t bytes, int root);
+
+// Where rank r's block of an allgather lands when blocks arrive host by host
+// (in each host, local rank order); counts[r] is rank r's bytes.
+std::vector<int64_t> HostOrderOffsets(const HostLayout& hosts, const std::vector<int>& counts);
+
+// The transfer of that allgather: gathered inside each host, exchanged among
+// one rank per host (local rank 0s), shared inside the host. `recv` gets
+// every block at its HostOrderOffsets place.
+int HierarchicalAllgatherv(const HostLayout& hosts, const void* send, const std::vector<int>& counts,
+                           const std::vector<int64_t>& offsets, char* recv);
 
 }  // namespace tf_ring
 

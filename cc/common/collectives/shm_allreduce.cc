@@ -29,13 +29,15 @@ void ForEachPiece(const std::vector<Span>& spans, int64_t begin, int64_t bytes, 
 
 }  // namespace
 
-void ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceSpec& spec) {
+Status ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceSpec& spec,
+                    const AcrossHosts& across) {
   const int me = shm->rank(), n = shm->size();
   const int64_t elem = static_cast<int64_t>(DataTypeSize(spec.dtype));
   int64_t total_bytes = 0;
   for (const Span& s : spans) total_bytes += s.bytes;
   const int64_t total = total_bytes / elem;
   const int64_t chunk_elems = static_cast<int64_t>(shm->area_bytes()) / elem;
+  Status status;
 
   for (int64_t first = 0, chunk = 0; first < total; first += chunk_elems, ++chunk) {
     const int64_t len = std::min(chunk_elems, total - first);
@@ -43,13 +45,11 @@ void ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceS
     auto slice_begin = [&](int q) { return len * q / n; };
     auto slice_len = [&](int q) { return slice_begin(q + 1) - slice_begin(q); };
 
-    // 1. Stage the slices that the other ranks reduce. Ranks >= 2 also
-    // stage their own: they add it after others' data, by which time an
-    // in-place output has overwritten it.
+    // 1. Stage the slices that the other ranks reduce. This rank's own
+    // slice is read in place: its output is written only after the reduction.
     char* staging = shm->input_area(me, buffer);
-    const bool stage_own = me >= 2;
     for (int q = 0; q < n; ++q) {
-      if (q == me && !stage_own) continue;
+      if (q == me) continue;
       ForEachPiece(spans, (first + slice_begin(q)) * elem, slice_len(q) * elem,
                    [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
                      std::memcpy(staging + slice_begin(q) * elem + rel, s.in + at, k);
@@ -57,27 +57,35 @@ void ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceS
     }
     shm->Barrier();
 
-    // 2. Reduce this rank's slice into its output and publish the result.
+    // 2. Reduce this rank's slice into its published copy (combining with
+    // the other hosts' when there are any), scale it, write it out.
     const int64_t mine = slice_begin(me) * elem;
     char* published = shm->result_area(me, buffer) + mine;
     ForEachPiece(spans, first * elem + mine, slice_len(me) * elem,
                  [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
                    // Always combine in rank order, whoever reduces: results
                    // are then bit-identical however tensors are fused or sliced.
-                   char* dst = s.out + at;
+                   char* dst = published + rel;
                    auto source = [&](int q) -> const char* {
-                     if (q == me && !stage_own) return s.in + at;
+                     if (q == me) return s.in + at;
                      return shm->input_area(q, buffer) + mine + rel;
                    };
                    if (n == 1) {
-                     if (dst != s.in + at) std::memcpy(dst, s.in + at, k);
+                     std::memcpy(dst, s.in + at, k);
                    } else {
                      ReduceInto(dst, source(0), source(1), k / elem, spec.dtype, spec.op);
                      for (int q = 2; q < n; ++q) ReduceInto(dst, dst, source(q), k / elem, spec.dtype, spec.op);
                    }
-                   if (spec.integer_divisor > 1) DivideIntegers(dst, k / elem, spec.dtype, spec.integer_divisor);
-                   ScaleBuffer(dst, k / elem, spec.dtype, spec.postscale);
-                   std::memcpy(published + rel, dst, k);
+                 });
+    if (across) {
+      Status s = across(published, slice_len(me));
+      if (status.ok()) status = s;  // keep going: the other ranks' barriers wait for this one
+    }
+    if (spec.integer_divisor > 1) DivideIntegers(published, slice_len(me), spec.dtype, spec.integer_divisor);
+    ScaleBuffer(published, slice_len(me), spec.dtype, spec.postscale);
+    ForEachPiece(spans, first * elem + mine, slice_len(me) * elem,
+                 [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
+                   std::memcpy(s.out + at, published + rel, k);
                  });
     shm->Barrier();
 
@@ -91,6 +99,7 @@ void ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceS
                    });
     }
   }
+  return status;
 }
 
 }  // namespace tf_ring
