@@ -73,3 +73,17 @@ def test_learning_rate_schedule_callback():
 
 def test_momentum_correction_scales_velocity():
     cases.check_momentum_correction(keras, SGD)
+
+
+@pytest.mark.parametrize("scale_local_gradients", [True, False])
+def test_partial_distributed_optimizer_keeps_local_layer(scale_local_gradients):
+    cases.check_partial_optimizer(keras, SGD, scale_local_gradients)
+
+
+def test_register_local_var_in_custom_step():
+    cases.check_register_local_var(keras, SGD)
+
+
+def test_horovod_optimizer_arguments():
+    cases.check_horovod_optimizer_arguments(keras, SGD)
+
