@@ -528,3 +528,46 @@ def check_horovod_optimizer_arguments(k, sgd, steps=2):
     with pytest.raises(ValueError, match="local_layers"):
         hvd.PartialDistributedOptimizer(sgd(LR), local_layers=[object()])
 
+
+# --- BestModelCheckpoint ----------------------------------------------------------------------
+
+def check_best_model_checkpoint(k, sgd, tmp_path, suffix):
+    """A scripted val_loss (3, 1, 2, 0.5): the model is saved after epochs 1, 2
+    and 4, not 3, by rank 0 only (the file name carries the writer's rank),
+    and the file holds the weights of that epoch."""
+    from helpers import check_on_root
+
+    scripted = [3.0, 1.0, 2.0, 0.5]
+    directory = hvd.broadcast_object(str(tmp_path), root_rank=0, name="best_ckpt_dir")
+    weights_at_epoch = {}
+
+    class Script(k.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            logs["val_loss"] = scripted[epoch]
+            logs["rank"] = hvd.rank()
+            weights_at_epoch[epoch + 1] = self.model.get_weights()
+
+    x, y = global_data(4)
+    model = make_model(k)
+    model.compile(hvd.DistributedOptimizer(sgd(LR)), loss="mse")
+    best = hvd.callbacks.BestModelCheckpoint(
+        monitor="val_loss", mode="min",
+        filepath=directory + "/best_{epoch}_rank{rank}" + suffix)
+    model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, epochs=4, shuffle=False, verbose=0,
+              callbacks=[Script(), best])
+
+    def check():
+        import os
+        assert best.best == 0.5
+        assert sorted(os.listdir(directory)) == sorted(
+            "best_%d_rank0%s" % (e, suffix) for e in (1, 2, 4))
+        saved = k.models.load_model(directory + "/best_2_rank0" + suffix, compile=False)
+        assert_weights_close(saved.get_weights(), weights_at_epoch[2])
+        assert_weights_differ(saved.get_weights(), weights_at_epoch[4])
+
+    check_on_root(check, "best_ckpt_check")
+
+    unset = hvd.callbacks.BestModelCheckpoint()
+    with pytest.raises(ValueError, match="no filepath"):
+        model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, epochs=1, verbose=0,
+                  callbacks=[unset])

@@ -87,3 +87,6 @@ def test_register_local_var_in_custom_step():
 def test_horovod_optimizer_arguments():
     cases.check_horovod_optimizer_arguments(keras, SGD)
 
+
+def test_best_model_checkpoint_saves_on_rank_0_only(tmp_path):
+    cases.check_best_model_checkpoint(keras, SGD, tmp_path, ".keras")

@@ -103,3 +103,7 @@ def test_register_local_var_in_custom_step():
 def test_horovod_optimizer_arguments():
     cases.check_horovod_optimizer_arguments(tf_keras, SGD)
 
+
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+def test_best_model_checkpoint_saves_on_rank_0_only(tmp_path, suffix):
+    cases.check_best_model_checkpoint(tf_keras, SGD, tmp_path, suffix)

@@ -10,6 +10,7 @@ from tf_ring import basics, ops
 from tf_ring.gradient_reduction import variable_key
 from tf_ring.keras import _flavor, _xla
 from tf_ring.keras._broadcast import broadcast_variables
+from tf_ring.keras._checkpoint import BestModelCheckpoint  # noqa: F401 (exported here)
 from tf_ring.keras._learning_rate import MomentumCorrection, get_learning_rate, set_learning_rate
 
 _Callback = _flavor.keras_module().callbacks.Callback
