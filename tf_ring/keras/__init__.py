@@ -13,9 +13,10 @@ from tf_ring.objects import allgather_object, broadcast_object
 from tf_ring.keras import callbacks
 from tf_ring.keras._optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from tf_ring.keras._load import load_model
+from tf_ring.keras._sync_batch_norm import SyncBatchNormalization
 
 __all__ = ["Compression", "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_threads_supported",
            "Average", "Sum", "Min", "Max", "Product", "allreduce", "allgather", "broadcast",
            "broadcast_object", "allgather_object", "join",
-           "DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "callbacks"]
+           "DistributedOptimizer", "PartialDistributedOptimizer", "SyncBatchNormalization", "load_model", "callbacks"]
