@@ -90,3 +90,17 @@ def test_horovod_optimizer_arguments():
 
 def test_best_model_checkpoint_saves_on_rank_0_only(tmp_path):
     cases.check_best_model_checkpoint(keras, SGD, tmp_path, ".keras")
+
+
+def test_horovod_keras_names_are_exported():
+    import tensorflow as tf
+
+    import tf_ring
+    import tf_ring.keras as tfk
+    assert tfk.reducescatter is tf_ring.reducescatter
+    assert tfk.broadcast_global_variables is tf_ring.broadcast_global_variables
+    with pytest.raises(RuntimeError, match="graph mode"):
+        tfk.broadcast_global_variables(0)
+    rows = tfk.reducescatter(tf.ones((2 * tfk.size(), 1)) * (tfk.rank() + 1), op=tfk.Sum)
+    expected = sum(r + 1 for r in range(tfk.size()))
+    assert rows.numpy().tolist() == [[expected], [expected]]
