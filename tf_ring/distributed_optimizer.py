@@ -6,19 +6,13 @@ def DistributedOptimizer(optimizer, *args, **kwargs):  # noqa: N802 (Horovod's n
     """Wraps `optimizer` so its gradients are averaged over ranks.
 
     A tf.compat.v1.train.Optimizer gets the graph-mode wrapper
-    (tf_ring.optimizer_v1.DistributedOptimizerV1: name, use_locking, op,
-    compression, sparse_as_dense, num_groups; device_dense, device_sparse and
-    backward_passes_per_step=1 are accepted for Horovod compatibility).
+    (tf_ring.optimizer_v1.DistributedOptimizerV1, with Horovod's arguments;
+    backward_passes_per_step must be 1).
     Anything else is handed, with all arguments, to
     tf_ring.keras.DistributedOptimizer (Keras 3 and tf_keras optimizers).
     """
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         from tf_ring.optimizer_v1 import DistributedOptimizerV1
-        kwargs.pop("device_dense", None)
-        kwargs.pop("device_sparse", None)
-        if kwargs.pop("backward_passes_per_step", 1) != 1:
-            raise ValueError("tf_ring.DistributedOptimizer for v1 optimizers supports only "
-                             "backward_passes_per_step=1.")
         return DistributedOptimizerV1(optimizer, *args, **kwargs)
     try:
         from tf_ring import keras as tf_ring_keras

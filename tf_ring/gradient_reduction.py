@@ -1,7 +1,11 @@
-"""Averaging a list of gradients over ranks: shared by DistributedGradientTape
-and the v1 DistributedOptimizer."""
+"""Reducing a list of gradients over ranks: shared by DistributedGradientTape
+and the v1 DistributedOptimizer, with Horovod's grouping, predivide and
+local-variable options."""
+import warnings
+
 import tensorflow as tf
 
+from tf_ring.basics import size
 from tf_ring.compression import Compression
 from tf_ring.grouped import grouped_allreduce
 from tf_ring.ops import Average
@@ -20,13 +24,57 @@ def _split_into_groups(items, num_groups):
     return groups
 
 
+def _group_by_variables(items, groups, variables):
+    """Variables in one inner list of `groups` share a grouped allreduce; any
+    other variable's gradient is reduced alone. Order follows `items`, which
+    is the same on every rank."""
+    membership = {}
+    for g, members in enumerate(groups):
+        for var in members:
+            membership[id(var)] = g
+    buckets, order = {}, []
+    for i, grad in items:
+        key = ("group", membership[id(variables[i])]) if id(variables[i]) in membership else (
+            "alone", i)
+        if key not in buckets:
+            buckets[key] = []
+            order.append(key)
+        buckets[key].append((i, grad))
+    return [buckets[key] for key in order]
+
+
+def resolve_groups(num_groups, groups):
+    """Horovod's rules: num_groups is the deprecated spelling of an integer
+    `groups`; `groups` is a positive integer or a list of lists of variables."""
+    if num_groups:
+        warnings.warn("num_groups is deprecated (as in Horovod); pass groups=%d instead"
+                      % num_groups, DeprecationWarning, stacklevel=3)
+        if groups is None:
+            groups = num_groups
+    if groups is not None and not isinstance(groups, (list, tuple)):
+        if not isinstance(groups, int) or groups <= 0:
+            raise ValueError("groups must be a positive integer or a list of lists of "
+                             "variables, got %r" % (groups,))
+    return groups
+
+
+def predivide_scales(op, gradient_predivide_factor):
+    """(prescale, postscale) that split Average's division around the sum."""
+    if gradient_predivide_factor != 1.0 and op == Average:
+        return 1.0 / gradient_predivide_factor, float(gradient_predivide_factor)
+    return 1.0, 1.0
+
+
 def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_as_dense=False,
-                        num_groups=0, name=None):
+                        num_groups=0, name=None, groups=None, variables=None,
+                        prescale_factor=1.0, postscale_factor=1.0):
     """Returns `grads` reduced over ranks, None entries passed through.
 
-    Dense gradients go through grouped_allreduce (num_groups groups, or one).
+    Dense gradients go through grouped_allreduce: `groups` (or num_groups)
+    nearly equal groups, groups given as lists of `variables`, or one group.
     tf.IndexedSlices are densified when sparse_as_dense, else reduced through
-    allgather of values and indices.
+    allgather of values and indices (the pre/postscale pair, which only splits
+    Average's division, is not applied to them: the result is the same).
     """
     grads = list(grads)
     results = list(grads)
@@ -43,9 +91,53 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_
                 continue
             grad = tf.convert_to_tensor(grad)
         dense.append((i, grad))
-    for g, group in enumerate(_split_into_groups(dense, num_groups)):
+    if groups is None:
+        groups = num_groups
+    if isinstance(groups, (list, tuple)):
+        if variables is None:
+            raise ValueError("groups given as lists of variables need the variables of the "
+                             "gradients")
+        batches = _group_by_variables(dense, groups, list(variables))
+    else:
+        batches = _split_into_groups(dense, groups or 0)
+    for g, group in enumerate(batches):
         reduced = grouped_allreduce([grad for _, grad in group], op=op, compression=compression,
+                                    prescale_factor=prescale_factor,
+                                    postscale_factor=postscale_factor,
                                     name="%s.group%d" % (name, g) if eager and name else None)
         for (i, _), out in zip(group, reduced):
             results[i] = out
     return results
+
+
+def scale_local_gradient(grad):
+    """Horovod's scale_local_gradients: a local gradient divided by the size."""
+    if grad is None:
+        return None
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / tf.cast(size(), grad.values.dtype), grad.indices,
+                                grad.dense_shape)
+    return grad / tf.cast(size(), grad.dtype)
+
+
+def reduce_except_local(grads, sources, local_keys, scale_local_gradients, **reduce_kwargs):
+    """allreduce_gradients for the gradients whose source is not local; local
+    ones stay as computed (divided by the size when scale_local_gradients)."""
+    grads = list(grads)
+    sources = list(sources)
+    shared = [i for i, s in enumerate(sources) if variable_key(s) not in local_keys]
+    reduced = allreduce_gradients([grads[i] for i in shared],
+                                  variables=[sources[i] for i in shared], **reduce_kwargs)
+    results = list(grads)
+    for i, out in zip(shared, reduced):
+        results[i] = out
+    if scale_local_gradients and local_keys:
+        for i, source in enumerate(sources):
+            if variable_key(source) in local_keys:
+                results[i] = scale_local_gradient(grads[i])
+    return results
+
+
+def variable_key(var):
+    """Identity of a variable (tf.Variable or Keras variable) for local-variable sets."""
+    return id(var)

@@ -61,3 +61,20 @@ def allgather_object(obj, name=None):
     data = _run_eagerly(lambda: allgather(tf.constant(payload), name=name + ".data"))
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     return [_from_bytes(data[offsets[r]:offsets[r + 1]]) for r in range(len(lengths))]
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None):
+    """Returns a function `bcast(obj)` that returns root_rank's `obj` on every
+    rank, for broadcasting objects repeatedly (e.g. once per epoch).
+
+    Every rank calls the returned function the same number of times. `session`
+    is accepted for Horovod's v1 code and not needed: the broadcast runs at
+    once, also from inside graphs, like broadcast_object.
+    """
+    del session
+    name = name or "broadcast_object_fn"
+
+    def bcast(obj):
+        return broadcast_object(obj, root_rank=root_rank, name=name)
+
+    return bcast

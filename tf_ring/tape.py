@@ -1,8 +1,10 @@
-"""DistributedGradientTape: a tf.GradientTape whose gradients are reduced over ranks."""
+"""DistributedGradientTape and PartialDistributedGradientTape: a tf.GradientTape
+whose gradients are reduced over ranks, except those of local variables."""
 import tensorflow as tf
 
 from tf_ring.compression import Compression
-from tf_ring.gradient_reduction import allreduce_gradients
+from tf_ring.gradient_reduction import (predivide_scales, reduce_except_local, resolve_groups,
+                                        variable_key)
 from tf_ring.ops import Average
 
 
@@ -18,21 +20,35 @@ class DistributedGradientTape:
             loss = ...
         tape = tf_ring.DistributedGradientTape(tape)
         grads = tape.gradient(loss, model.trainable_variables)
+
+    Arguments follow Horovod's order. gradient_predivide_factor (op=Average
+    only) scales gradients by 1/f before the sum and f/size after it. groups:
+    a number of nearly equal groups, or lists of variables whose gradients
+    are reduced together (num_groups is its deprecated spelling). Sources
+    registered with register_local_source keep their local gradient, divided
+    by size() when scale_local_gradients. device_dense and device_sparse are
+    accepted and ignored (CPU build).
     """
 
-    def __init__(self, tape, op=Average, compression=Compression.none, sparse_as_dense=False,
-                 num_groups=0, device_dense="", device_sparse="", name="DistributedGradientTape"):
-        # device_dense / device_sparse are accepted for Horovod compatibility;
-        # this build runs on CPU only.
-        del device_dense, device_sparse
+    def __init__(self, tape, device_dense="", device_sparse="", compression=Compression.none,
+                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                 groups=None, scale_local_gradients=True, name="DistributedGradientTape"):
+        del device_dense, device_sparse  # CPU build
         if not isinstance(tape, tf.GradientTape):
             raise TypeError("DistributedGradientTape wraps a tf.GradientTape, got %r"
                             % type(tape).__name__)
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("DistributedGradientTape: gradient_predivide_factor needs "
+                             "op=tf_ring.Average (it splits the average's division), got op=%r"
+                             % (op,))
         self._tape = tape
         self._op = op
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
-        self._num_groups = num_groups
+        self._groups = resolve_groups(num_groups, groups)
+        self._prescale, self._postscale = predivide_scales(op, gradient_predivide_factor)
+        self._scale_local_gradients = scale_local_gradients
+        self._local_keys = set()
         self._name = name
 
     def __getattr__(self, attr):
@@ -45,12 +61,49 @@ class DistributedGradientTape:
     def __exit__(self, *exc):
         return self._tape.__exit__(*exc)
 
+    def register_local_source(self, source):
+        """Keeps `source`'s gradient local: it is not reduced over ranks
+        (divided by size() when scale_local_gradients, as in Horovod)."""
+        self._local_keys.add(variable_key(source))
+
     def gradient(self, target, sources, output_gradients=None,
-                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+                 unconnected_gradients=tf.UnconnectedGradients.NONE, use_generic_names=False):
+        del use_generic_names  # Horovod's op naming option; names here come from the graph
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     unconnected_gradients=unconnected_gradients)
-        flat = tf.nest.flatten(grads)
-        reduced = allreduce_gradients(flat, op=self._op, compression=self._compression,
-                                      sparse_as_dense=self._sparse_as_dense,
-                                      num_groups=self._num_groups, name=self._name)
+        reduced = reduce_except_local(
+            tf.nest.flatten(grads), tf.nest.flatten(sources), self._local_keys,
+            self._scale_local_gradients, op=self._op, compression=self._compression,
+            sparse_as_dense=self._sparse_as_dense, groups=self._groups, name=self._name,
+            prescale_factor=self._prescale, postscale_factor=self._postscale)
         return tf.nest.pack_sequence_as(grads, reduced)
+
+
+def local_layer_variables(local_layers, what):
+    """The trainable variables of `local_layers` (one Keras layer or a list)."""
+    if local_layers is None:
+        return []
+    layers = local_layers if isinstance(local_layers, (list, tuple, set)) else [local_layers]
+    variables = []
+    for layer in layers:
+        if not hasattr(layer, "trainable_weights") or not hasattr(layer, "built"):
+            raise ValueError("%s: local_layers must be Keras layers, got %r"
+                             % (what, type(layer).__name__))
+        variables.extend(layer.trainable_weights)
+    return variables
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa: N802
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, local_layers=None, scale_local_gradients=True):
+    """A DistributedGradientTape whose `local_layers` (Keras layers) keep their
+    own gradients: their trainable variables are registered as local sources,
+    so model-parallel parts (an embedding on one rank, experts) train locally
+    while the rest is averaged. Build the layers before wrapping the tape."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, scale_local_gradients)
+    for var in local_layer_variables(local_layers, "PartialDistributedGradientTape"):
+        tape.register_local_source(var)
+    return tape

@@ -73,3 +73,34 @@ def test_learning_rate_schedule_callback():
 
 def test_momentum_correction_scales_velocity():
     cases.check_momentum_correction(keras, SGD)
+
+
+@pytest.mark.parametrize("scale_local_gradients", [True, False])
+def test_partial_distributed_optimizer_keeps_local_layer(scale_local_gradients):
+    cases.check_partial_optimizer(keras, SGD, scale_local_gradients)
+
+
+def test_register_local_var_in_custom_step():
+    cases.check_register_local_var(keras, SGD)
+
+
+def test_horovod_optimizer_arguments():
+    cases.check_horovod_optimizer_arguments(keras, SGD)
+
+
+def test_best_model_checkpoint_saves_on_rank_0_only(tmp_path):
+    cases.check_best_model_checkpoint(keras, SGD, tmp_path, ".keras")
+
+
+def test_horovod_keras_names_are_exported():
+    import tensorflow as tf
+
+    import tf_ring
+    import tf_ring.keras as tfk
+    assert tfk.reducescatter is tf_ring.reducescatter
+    assert tfk.broadcast_global_variables is tf_ring.broadcast_global_variables
+    with pytest.raises(RuntimeError, match="graph mode"):
+        tfk.broadcast_global_variables(0)
+    rows = tfk.reducescatter(tf.ones((2 * tfk.size(), 1)) * (tfk.rank() + 1), op=tfk.Sum)
+    expected = sum(r + 1 for r in range(tfk.size()))
+    assert rows.numpy().tolist() == [[expected], [expected]]

@@ -89,3 +89,21 @@ def test_momentum_correction_scales_velocity():
 
 def test_legacy_momentum_correction_lasts_one_batch():
     cases.check_legacy_momentum_correction(tf_keras, LEGACY_SGD)
+
+
+@pytest.mark.parametrize("sgd", [SGD, LEGACY_SGD], ids=["optimizer", "legacy_optimizer"])
+def test_partial_distributed_optimizer_keeps_local_layer(sgd):
+    cases.check_partial_optimizer(tf_keras, sgd, scale_local_gradients=True)
+
+
+def test_register_local_var_in_custom_step():
+    cases.check_register_local_var(tf_keras, SGD)
+
+
+def test_horovod_optimizer_arguments():
+    cases.check_horovod_optimizer_arguments(tf_keras, SGD)
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+def test_best_model_checkpoint_saves_on_rank_0_only(tmp_path, suffix):
+    cases.check_best_model_checkpoint(tf_keras, SGD, tmp_path, suffix)

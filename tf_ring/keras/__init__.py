@@ -9,13 +9,16 @@ from tf_ring.basics import (cross_rank, cross_size, init, is_initialized, local_
 from tf_ring.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast
 from tf_ring.compression import Compression
 from tf_ring.joining import join
+from tf_ring.exchange import reducescatter
+from tf_ring.variables import broadcast_global_variables
 from tf_ring.objects import allgather_object, broadcast_object
 from tf_ring.keras import callbacks
-from tf_ring.keras._optimizer import DistributedOptimizer
+from tf_ring.keras._optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from tf_ring.keras._load import load_model
+from tf_ring.keras._sync_batch_norm import SyncBatchNormalization
 
 __all__ = ["Compression", "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_threads_supported",
            "Average", "Sum", "Min", "Max", "Product", "allreduce", "allgather", "broadcast",
-           "broadcast_object", "allgather_object", "join",
-           "DistributedOptimizer", "load_model", "callbacks"]
+           "broadcast_object", "allgather_object", "join", "reducescatter", "broadcast_global_variables",
+           "DistributedOptimizer", "PartialDistributedOptimizer", "SyncBatchNormalization", "load_model", "callbacks"]

@@ -9,17 +9,21 @@ All allreduces are issued in the train-step graph, where the engine fuses them.
 """
 import tensorflow as tf
 
-from tf_ring import ops
+from tf_ring import basics, ops
+from tf_ring.compression import Compression
+from tf_ring.gradient_reduction import predivide_scales, resolve_groups, variable_key
 from tf_ring.keras import _flavor, _xla
 from tf_ring.keras._aggregation import LocalGradientAccumulator
 from tf_ring.keras._reduce import allreduce_gradients, to_dense
+from tf_ring.tape import local_layer_variables
 
 
 class _Settings:
     """What the wrapper needs at apply time; a plain object so Keras does not track it."""
 
     def __init__(self, op, compression, backward_passes_per_step, average_aggregated_gradients,
-                 sparse_as_dense):
+                 sparse_as_dense, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                 scale_local_gradients=True):
         if op not in (ops.Average, ops.Sum):
             raise ValueError("DistributedOptimizer: op must be tf_ring.Average or tf_ring.Sum, got %r"
                              % (op,))
@@ -32,16 +36,38 @@ class _Settings:
         # Horovod semantics: the locally summed gradients are divided by N only on request.
         self.aggregate_scale = 1.0 / self.passes if average_aggregated_gradients else 1.0
         self.sparse_as_dense = sparse_as_dense
+        # Every gradient already has its own allreduce in the step's graph, where the
+        # engine fuses them, so groups only gets Horovod's validation.
+        resolve_groups(num_groups, groups)
+        self.prescale, self.postscale = predivide_scales(op, gradient_predivide_factor)
+        self.scale_local_gradients = scale_local_gradients
+        self.local_keys = set()
         self.accumulator = LocalGradientAccumulator(self.passes) if self.passes > 1 else None
 
 
 def _reduce(settings, grads, variables, postscale_factor=1.0):
-    return allreduce_gradients(grads, variables, settings.op, settings.compression,
-                               postscale_factor=postscale_factor)
+    """Reduces the gradients of shared variables; local variables keep theirs
+    (scaled like the rest, and divided by size() when scale_local_gradients)."""
+    shared = [i for i, v in enumerate(variables) if variable_key(v) not in settings.local_keys]
+    reduced = allreduce_gradients([grads[i] for i in shared], [variables[i] for i in shared],
+                                  settings.op, settings.compression,
+                                  prescale_factor=settings.prescale,
+                                  postscale_factor=postscale_factor * settings.postscale)
+    local_scale = postscale_factor / (basics.size() if settings.scale_local_gradients else 1)
+    results = [g if g is None or local_scale == 1.0 else g * local_scale for g in grads]
+    for i, out in zip(shared, reduced):
+        results[i] = out
+    return results
+
+
+def _register_local_var(optimizer, var):
+    optimizer._tf_ring_settings.local_keys.add(variable_key(var))
 
 
 def _keras3_subclass(base):
     class Keras3Distributed(base):
+        register_local_var = _register_local_var
+
         def apply(self, grads, trainable_variables=None):
             _xla.raise_if_tracing_under_xla()
             settings = self._tf_ring_settings
@@ -73,6 +99,8 @@ def _keras3_subclass(base):
 
 def _tf_keras_subclass(base):
     class TfKerasDistributed(base):
+        register_local_var = _register_local_var
+
         def apply_gradients(self, grads_and_vars, *args, **kwargs):
             _xla.raise_if_tracing_under_xla()
             settings = self._tf_ring_settings
@@ -127,24 +155,57 @@ def _base_class(optimizer):
     return cls
 
 
-def DistributedOptimizer(optimizer, op=ops.Average, compression=None, backward_passes_per_step=1,
-                         average_aggregated_gradients=False, sparse_as_dense=False):
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",  # noqa: N802
+                         compression=Compression.none, sparse_as_dense=False,
+                         gradient_predivide_factor=1.0, op=ops.Average, backward_passes_per_step=1,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         scale_local_gradients=True):
     """Returns a new optimizer of `optimizer`'s class, made from its config, that
     averages (op=Average) or sums (op=Sum) gradients over all ranks before applying them.
 
+    Arguments follow Horovod's order.
     compression: an object with compress(tensor) -> (tensor, ctx) and
-      decompress(tensor, ctx), such as tf_ring.Compression.fp16; None sends full precision.
+      decompress(tensor, ctx), such as tf_ring.Compression.fp16; Compression.none
+      (or None) sends full precision.
+    sparse_as_dense: IndexedSlices gradients become dense tensors before the
+      allreduce (this version densifies them in any case).
+    gradient_predivide_factor: with op=Average, gradients are scaled by 1/f
+      before the sum and f/size after it (ignored for Sum, as in Horovod).
     backward_passes_per_step: sum gradients locally over this many calls and
       reduce and apply on every Nth call; the optimizer's iterations count every call.
     average_aggregated_gradients: divide those local sums by backward_passes_per_step.
-    sparse_as_dense: IndexedSlices gradients become dense tensors before the
-      allreduce (this version densifies them in any case).
+    groups / num_groups: validated and otherwise not needed: every gradient's
+      allreduce is issued in the step's graph and the engine fuses them.
+    scale_local_gradients: gradients of variables registered with
+      register_local_var (or PartialDistributedOptimizer's local_layers) are
+      not reduced; with this flag they are divided by size(), as in Horovod.
+    name, device_dense, device_sparse: accepted for Horovod code; the optimizer
+      keeps its own name and config (CPU build).
     """
+    del name, device_dense, device_sparse
     settings = _Settings(op, compression, backward_passes_per_step, average_aggregated_gradients,
-                         sparse_as_dense)
+                         sparse_as_dense, gradient_predivide_factor, num_groups, groups,
+                         scale_local_gradients)
     cls = distributed_class(_base_class(optimizer))
     wrapped = cls.from_config(optimizer.get_config())
     wrapped._tf_ring_settings = settings
+    return wrapped
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",  # noqa: N802
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=ops.Average,
+                                backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, local_layers=None, scale_local_gradients=True):
+    """A DistributedOptimizer whose `local_layers` (built Keras layers) keep
+    their own gradients: their trainable variables are registered as local
+    with register_local_var; everything else is reduced over ranks."""
+    wrapped = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
+                                   sparse_as_dense, gradient_predivide_factor, op,
+                                   backward_passes_per_step, average_aggregated_gradients,
+                                   groups=groups, scale_local_gradients=scale_local_gradients)
+    for var in local_layer_variables(local_layers, "PartialDistributedOptimizer"):
+        wrapped.register_local_var(var)
     return wrapped
 
 

@@ -11,7 +11,8 @@ def to_dense(grad):
     return grad
 
 
-def allreduce_gradients(grads, variables, op, compression, postscale_factor=1.0, name_prefix=""):
+def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, postscale_factor=1.0,
+                        name_prefix=""):
     """Reduces every non-None gradient over ranks; None stays None.
 
     In a graph each collective is named after its gradient tensor, which is
@@ -28,6 +29,7 @@ def allreduce_gradients(grads, variables, op, compression, postscale_factor=1.0,
         if eager:
             name = "tf_ring.keras.%sgrad.%d.%s" % (name_prefix, index, _variable_label(var))
         reduced.append(ops.allreduce(to_dense(grad), op=op, name=name, compression=compression,
+                                     prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor))
     return reduced
 

@@ -7,8 +7,10 @@ import numpy as np
 import tensorflow as tf
 
 from tf_ring import basics, ops
+from tf_ring.gradient_reduction import variable_key
 from tf_ring.keras import _flavor, _xla
 from tf_ring.keras._broadcast import broadcast_variables
+from tf_ring.keras._checkpoint import BestModelCheckpoint  # noqa: F401 (exported here)
 from tf_ring.keras._learning_rate import MomentumCorrection, get_learning_rate, set_learning_rate
 
 _Callback = _flavor.keras_module().callbacks.Callback
@@ -28,13 +30,28 @@ class BroadcastGlobalVariablesCallback(_TfRingCallback):
     broadcasts the model's and the optimizer's variables, so the first step
     already starts from the same state. Optimizers that create their slots at
     the first apply (tf_keras) get a second broadcast after the first batch.
+
+    local_variables (or register_local_var): variables that stay as each rank
+    has them, e.g. those of PartialDistributedOptimizer's local layers.
+    device is accepted for Horovod code (CPU build).
     """
 
-    def __init__(self, root_rank, *args, **kwargs):
+    def __init__(self, root_rank, device="", local_variables=None, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        del device
         self.root_rank = root_rank
+        self._local_keys = set()
+        for var in local_variables or ():
+            self.register_local_var(var)
         self._done = False
         self._optimizer_variable_count = 0
+
+    def register_local_var(self, var):
+        """Leaves `var` out of the broadcast."""
+        self._local_keys.add(variable_key(var))
+
+    def _shared(self, variables):
+        return [v for v in variables if variable_key(v) not in self._local_keys]
 
     def _optimizer_variables(self):
         optimizer = getattr(self.model, "optimizer", None)
@@ -51,8 +68,8 @@ class BroadcastGlobalVariablesCallback(_TfRingCallback):
                 and not optimizer.built):
             optimizer.build(self.model.trainable_variables)
         optimizer_variables = self._optimizer_variables()
-        broadcast_variables(list(self.model.variables) + optimizer_variables, self.root_rank,
-                            "broadcast_global_variables.begin")
+        broadcast_variables(self._shared(list(self.model.variables) + optimizer_variables),
+                            self.root_rank, "broadcast_global_variables.begin")
         self._optimizer_variable_count = len(optimizer_variables)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -61,8 +78,8 @@ class BroadcastGlobalVariablesCallback(_TfRingCallback):
         self._done = True
         optimizer_variables = self._optimizer_variables()
         if len(optimizer_variables) != self._optimizer_variable_count:
-            broadcast_variables(list(self.model.variables) + optimizer_variables, self.root_rank,
-                                "broadcast_global_variables.first_batch")
+            broadcast_variables(self._shared(list(self.model.variables) + optimizer_variables),
+                                self.root_rank, "broadcast_global_variables.first_batch")
 
 
 class MetricAverageCallback(_TfRingCallback):
