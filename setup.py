@@ -115,10 +115,19 @@ def _gpu_build_config(tf_include):
     tf_cuda_include = os.path.join(tf_include, "third_party", "gpus", "cuda", "include")
     tf_nccl_include = os.path.join(tf_include, "external", "cuda_nccl", "include")
 
-    cuda_include = _first_dir_with(
-        ([os.path.join(cuda_home, "include")] if cuda_home else []) +
-        [os.path.join(s, "cuda_runtime", "include") for s in sites] + [tf_cuda_include],
-        "cuda_runtime_api.h")
+    cuda_candidates = (([os.path.join(cuda_home, "include")] if cuda_home else []) +
+                       [os.path.join(s, "cuda_runtime", "include") for s in sites] + [tf_cuda_include])
+    # The runtime headers include crt/host_defines.h, which the
+    # nvidia-cuda-runtime-cu12 wheel lacks: prefer a complete directory, else
+    # take crt/ from the nvcc wheel or TensorFlow's bundled CUDA headers.
+    cuda_include = (_first_dir_with([d for d in cuda_candidates
+                                     if os.path.exists(os.path.join(d, "crt", "host_defines.h"))],
+                                    "cuda_runtime_api.h") or
+                    _first_dir_with(cuda_candidates, "cuda_runtime_api.h"))
+    crt_include = None
+    if cuda_include and not os.path.exists(os.path.join(cuda_include, "crt", "host_defines.h")):
+        crt_include = _first_dir_with([os.path.join(s, "cuda_nvcc", "include") for s in sites] +
+                                      [tf_cuda_include], os.path.join("crt", "host_defines.h"))
     nccl_include = _first_dir_with(
         ([os.path.join(nccl_home, "include")] if nccl_home else []) +
         [os.path.join(s, "nccl", "include") for s in sites] + [tf_nccl_include], "nccl.h")
@@ -137,6 +146,11 @@ def _gpu_build_config(tf_include):
     if not cuda_include:
         missing.append("CUDA runtime headers (cuda_runtime_api.h): pip install "
                        "nvidia-cuda-runtime-cu12, or set TF_RING_CUDA_HOME")
+    if cuda_include and not os.path.exists(os.path.join(cuda_include, "crt", "host_defines.h")) \
+            and not crt_include:
+        missing.append("CUDA crt headers (crt/host_defines.h, not in the nvidia-cuda-runtime-cu12 "
+                       "wheel): pip install nvidia-cuda-nvcc-cu12 or the full tensorflow wheel, or "
+                       "set TF_RING_CUDA_HOME to a CUDA toolkit")
     if not nccl_include:
         missing.append("NCCL header (nccl.h): pip install nvidia-nccl-cu12, or set TF_RING_NCCL_HOME")
     if not cudart:
@@ -159,7 +173,10 @@ def _gpu_build_config(tf_include):
     nccl_version = "%s.%s.%s" % (nv.get("NCCL_MAJOR", "?"), nv.get("NCCL_MINOR", "?"),
                                  nv.get("NCCL_PATCH", "?"))
     return {
-        "engine_compile": ["-DTF_RING_CUDA=1", "-I" + cuda_include, "-I" + nccl_include],
+        "engine_compile": ["-DTF_RING_CUDA=1", "-I" + cuda_include] +
+                          (["-I" + crt_include] if crt_include else []) +
+                          ["-I" + d for d in _libcudacxx_dirs(cuda_include, crt_include)] +
+                          ["-I" + nccl_include],
         # TF's own bundled CUDA headers for the kernels that touch TF's stream.
         "tf_compile": ["-DTF_RING_CUDA=1", "-DGOOGLE_CUDA=1", "-I" + tf_cuda_include,
                        "-I" + os.path.join(tf_cuda_include, "..", "libcudacxx", "include"),
@@ -171,6 +188,16 @@ def _gpu_build_config(tf_include):
                  "nccl_include": nccl_include, "cudart": os.path.join(cudart_dir, cudart),
                  "nccl": os.path.join(nccl_dir, nccl)},
     }
+
+
+def _libcudacxx_dirs(*include_dirs):
+    """TensorFlow's bundled CUDA headers keep <nv/target> in a sibling directory."""
+    found = []
+    for d in include_dirs:
+        extra = os.path.normpath(os.path.join(d, "..", "libcudacxx", "include")) if d else None
+        if extra and os.path.isdir(extra) and extra not in found:
+            found.append(extra)
+    return found
 
 
 def _tf_include(tf_compile):

@@ -63,6 +63,8 @@ def test_auto_picks_cuda_when_everything_is_there(tmp_path, monkeypatch):
     (nvidia / "cuda_runtime" / "include").mkdir(parents=True)
     (nvidia / "cuda_runtime" / "include" / "cuda_runtime_api.h").write_text(
         "#define CUDART_VERSION  12090\n")
+    (nvidia / "cuda_runtime" / "include" / "crt").mkdir()
+    (nvidia / "cuda_runtime" / "include" / "crt" / "host_defines.h").write_text("")
     (nvidia / "cuda_runtime" / "lib").mkdir()
     (nvidia / "cuda_runtime" / "lib" / "libcudart.so.12").write_text("")
     (nvidia / "nccl" / "include").mkdir(parents=True)
