@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -96,6 +97,166 @@ def _mpi_flags(prefix):
     return compile_flags, link_flags, (version[0] if version else "unknown MPI")
 
 
+# ---------------------------------------------------------------------------
+# CUDA / NCCL build (issue 14). Kept apart from the TensorFlow and MPI
+# discovery above: the CPU build is the default and this block only decides
+# whether the GPU sources join it.
+# ---------------------------------------------------------------------------
+
+def _is_gpu_source(path):
+    """Files a CPU build leaves out: the engine's CUDA/NCCL transport and the
+    TensorFlow GPU kernels."""
+    rel = os.path.relpath(path, HERE) if os.path.isabs(path) else path
+    parts = rel.replace(os.sep, "/").split("/")
+    name = parts[-1]
+    return ("gpu" in parts[:-1] or name.startswith("nccl_") or
+            (parts[:2] == ["cc", "tensorflow"] and name.startswith("gpu_")))
+
+
+def _site_dirs():
+    import site
+    dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    purelib = sysconfig.get_paths()["purelib"]
+    return [purelib] + [d for d in dirs if d != purelib]
+
+
+def _first_dir_with(candidates, relative):
+    for d in candidates:
+        if d and os.path.exists(os.path.join(d, relative)):
+            return d
+    return None
+
+
+def _first_lib(candidates, patterns):
+    """(directory, file name) of the first library matching one of `patterns`."""
+    for d in candidates:
+        for pattern in patterns:
+            found = sorted(glob.glob(os.path.join(d, pattern))) if d else []
+            if found:
+                return d, os.path.basename(found[-1])
+    return None, None
+
+
+def _header_define(path, names):
+    values = {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "#define" and parts[1] in names:
+                values[parts[1]] = parts[2]
+    return values
+
+
+def _gpu_build_config(tf_include):
+    """Returns None for a CPU build, else the CUDA build's flags and versions.
+
+    TF_RING_WITH_NCCL=0 forces CPU; =1 forces CUDA and fails naming what is
+    missing; unset picks CUDA only when everything needed is present.
+    """
+    wanted = os.environ.get("TF_RING_WITH_NCCL", "").strip()
+    if wanted == "0":
+        return None
+    cuda_home = os.environ.get("TF_RING_CUDA_HOME")
+    nccl_home = os.environ.get("TF_RING_NCCL_HOME")
+    sites = [os.path.join(d, "nvidia") for d in _site_dirs()]
+    tf_cuda_include = os.path.join(tf_include, "third_party", "gpus", "cuda", "include")
+    tf_nccl_include = os.path.join(tf_include, "external", "cuda_nccl", "include")
+
+    cuda_candidates = (([os.path.join(cuda_home, "include")] if cuda_home else []) +
+                       [os.path.join(s, "cuda_runtime", "include") for s in sites] + [tf_cuda_include])
+    # The runtime headers include crt/host_defines.h, which the
+    # nvidia-cuda-runtime-cu12 wheel lacks: prefer a complete directory, else
+    # take crt/ from the nvcc wheel or TensorFlow's bundled CUDA headers.
+    cuda_include = (_first_dir_with([d for d in cuda_candidates
+                                     if os.path.exists(os.path.join(d, "crt", "host_defines.h"))],
+                                    "cuda_runtime_api.h") or
+                    _first_dir_with(cuda_candidates, "cuda_runtime_api.h"))
+    crt_include = None
+    if cuda_include and not os.path.exists(os.path.join(cuda_include, "crt", "host_defines.h")):
+        crt_include = _first_dir_with([os.path.join(s, "cuda_nvcc", "include") for s in sites] +
+                                      [tf_cuda_include], os.path.join("crt", "host_defines.h"))
+    nccl_include = _first_dir_with(
+        ([os.path.join(nccl_home, "include")] if nccl_home else []) +
+        [os.path.join(s, "nccl", "include") for s in sites] + [tf_nccl_include], "nccl.h")
+    cudart_dir, cudart = _first_lib(
+        ([os.path.join(cuda_home, "lib64"), os.path.join(cuda_home, "lib")] if cuda_home else []) +
+        [os.path.join(s, "cuda_runtime", "lib") for s in sites],
+        ["libcudart.so.[0-9]*", "libcudart.so"])
+    nccl_dir, nccl = _first_lib(
+        ([os.path.join(nccl_home, "lib"), os.path.join(nccl_home, "lib64")] if nccl_home else []) +
+        [os.path.join(s, "nccl", "lib") for s in sites], ["libnccl.so.[0-9]*", "libnccl.so"])
+    # TensorFlow's GPU kernels need the CUDA-enabled TensorFlow wheel's headers.
+    tf_gpu = (os.path.isdir(tf_cuda_include) and
+              os.path.exists(os.path.join(tf_include, "xla", "stream_executor", "stream.h")))
+
+    missing = []
+    if not cuda_include:
+        missing.append("CUDA runtime headers (cuda_runtime_api.h): pip install "
+                       "nvidia-cuda-runtime-cu12, or set TF_RING_CUDA_HOME")
+    if cuda_include and not os.path.exists(os.path.join(cuda_include, "crt", "host_defines.h")) \
+            and not crt_include:
+        missing.append("CUDA crt headers (crt/host_defines.h, not in the nvidia-cuda-runtime-cu12 "
+                       "wheel): pip install nvidia-cuda-nvcc-cu12 or the full tensorflow wheel, or "
+                       "set TF_RING_CUDA_HOME to a CUDA toolkit")
+    if not nccl_include:
+        missing.append("NCCL header (nccl.h): pip install nvidia-nccl-cu12, or set TF_RING_NCCL_HOME")
+    if not cudart:
+        missing.append("CUDA runtime library (libcudart.so): pip install nvidia-cuda-runtime-cu12, "
+                       "or set TF_RING_CUDA_HOME")
+    if not nccl:
+        missing.append("NCCL library (libnccl.so): pip install nvidia-nccl-cu12, or set TF_RING_NCCL_HOME")
+    if not tf_gpu:
+        missing.append("a CUDA-enabled TensorFlow (%s has no third_party/gpus/cuda/include): "
+                       "pip install tensorflow (not tensorflow-cpu)" % tf_include)
+    if missing:
+        if wanted == "1":
+            sys.exit("tf_ring: TF_RING_WITH_NCCL=1 but the CUDA build cannot be made; missing:\n  - " +
+                     "\n  - ".join(missing) + "\nor build for CPU with TF_RING_WITH_NCCL=0.")
+        return None
+
+    cuda_v = int(_header_define(os.path.join(cuda_include, "cuda_runtime_api.h"),
+                                {"CUDART_VERSION"}).get("CUDART_VERSION", "0"))
+    nv = _header_define(os.path.join(nccl_include, "nccl.h"), {"NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"})
+    nccl_version = "%s.%s.%s" % (nv.get("NCCL_MAJOR", "?"), nv.get("NCCL_MINOR", "?"),
+                                 nv.get("NCCL_PATCH", "?"))
+    return {
+        "engine_compile": ["-DTF_RING_CUDA=1", "-I" + cuda_include] +
+                          (["-I" + crt_include] if crt_include else []) +
+                          ["-I" + d for d in _libcudacxx_dirs(cuda_include, crt_include)] +
+                          ["-I" + nccl_include],
+        # TF's own bundled CUDA headers for the kernels that touch TF's stream.
+        "tf_compile": ["-DTF_RING_CUDA=1", "-DGOOGLE_CUDA=1", "-I" + tf_cuda_include,
+                       "-I" + os.path.join(tf_cuda_include, "..", "libcudacxx", "include"),
+                       "-I" + nccl_include],
+        "link": ["-L" + nccl_dir, "-l:" + nccl, "-Wl,-rpath," + nccl_dir,
+                 "-L" + cudart_dir, "-l:" + cudart, "-Wl,-rpath," + cudart_dir],
+        "info": {"build": "cuda", "cuda_version": "%d.%d" % (cuda_v // 1000, (cuda_v % 1000) // 10),
+                 "nccl_version": nccl_version, "cuda_include": cuda_include,
+                 "nccl_include": nccl_include, "cudart": os.path.join(cudart_dir, cudart),
+                 "nccl": os.path.join(nccl_dir, nccl)},
+    }
+
+
+def _libcudacxx_dirs(*include_dirs):
+    """TensorFlow's bundled CUDA headers keep <nv/target> in a sibling directory."""
+    found = []
+    for d in include_dirs:
+        extra = os.path.normpath(os.path.join(d, "..", "libcudacxx", "include")) if d else None
+        if extra and os.path.isdir(extra) and extra not in found:
+            found.append(extra)
+    return found
+
+
+def _tf_include(tf_compile):
+    for flag in tf_compile:
+        if flag.startswith("-I"):
+            return flag[2:]
+    return ""
+
+
+# --------------------------- end of the CUDA block --------------------------
+
+
 class BuildTfRing(build_ext):
     """Compiles cc/ with g++ directly (two files at a time) into tf_ring/_tf_ring.so."""
 
@@ -132,6 +293,8 @@ class BuildTfRing(build_ext):
         mpi_compile, mpi_link, mpi_version = _mpi_flags(environment["prefix"])
         tf_compile, tf_link, tf_info = (environment["compile"], environment["link"],
                                         environment["info"])
+        gpu = _gpu_build_config(_tf_include(tf_compile))
+        sources = [s for s in ext.sources if gpu or not _is_gpu_source(s)]
         cxx = os.environ.get("CXX", "g++")
         build_dir = os.path.join(self.build_temp, "tf_ring")
         os.makedirs(build_dir, exist_ok=True)
@@ -140,13 +303,13 @@ class BuildTfRing(build_ext):
 
         def compile_one(src):
             obj = os.path.join(build_dir, os.path.relpath(src, HERE).replace(os.sep, "_") + ".o")
-            # Only the TensorFlow adapter sees TensorFlow's headers.
             # Only the TensorFlow adapter sees TensorFlow's headers; the engine's
             # reduction loops want -O3 to vectorize.
             if "cc/tensorflow" in src:
                 extra = ["-O2"] + tf_compile + ["-Wno-deprecated-declarations"]
+                extra += gpu["tf_compile"] if gpu else []
             else:
-                extra = ["-O3"]
+                extra = ["-O3"] + (gpu["engine_compile"] if gpu else [])
             cmd = [cxx, "-c", src, "-o", obj] + common + extra
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
@@ -155,14 +318,16 @@ class BuildTfRing(build_ext):
 
         jobs = int(os.environ.get("TF_RING_BUILD_JOBS", os.cpu_count() or 2))
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            objects = list(pool.map(compile_one, ext.sources))
+            objects = list(pool.map(compile_one, sources))
 
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         link = [cxx, "-shared", "-o", target] + objects + tf_link + mpi_link + ["-pthread"]
+        link += gpu["link"] if gpu else []
         subprocess.check_call(link)
 
         info = dict(tf_info, mpi_version=mpi_version, tf_ring_version=VERSION)
+        info.update(gpu["info"] if gpu else {"build": "cpu"})
         with open(os.path.join(os.path.dirname(target), INFO_NAME), "w") as f:
             json.dump(info, f, indent=1)
 

@@ -290,3 +290,22 @@ def test_signal_to_launcher_stops_every_rank(sig, np):
     time.sleep(1)
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert left == [], left
+
+
+def test_share_gpu_gives_every_rank_its_own_nccl_host_id():
+    result = subprocess.run(
+        [sys.executable, "-m", "tf_ring.run", "-np", "3", "--share-gpu", "sh", "-c",
+         'echo "rank=$OMPI_COMM_WORLD_RANK id=$NCCL_HOSTID ifname=$NCCL_SOCKET_IFNAME"'],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = sorted(l for l in result.stdout.splitlines() if l.startswith("rank="))
+    assert lines == ["rank=%d id=tfringrun-share-gpu-rank-%d ifname=lo" % (r, r) for r in range(3)], lines
+
+
+def test_without_share_gpu_no_nccl_host_id_is_set():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "tf_ring.run", "-np", "2", "sh", "-c", 'echo "id=[$NCCL_HOSTID]"'],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("id=[]") == 2, result.stdout

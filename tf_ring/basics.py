@@ -100,7 +100,8 @@ def mpi_built():
 
 
 def nccl_built():
-    return False
+    """True when this tf_ring was built with CUDA and NCCL (GPU tensors)."""
+    return build_info().get("build") == "cuda"
 
 
 def mpi_threads_supported():

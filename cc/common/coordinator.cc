@@ -68,6 +68,11 @@ std::string Validate(const std::vector<Request>& by_rank, int size) {
   err = CheckSame(by_rank, "the dtype",
                   [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
   if (!err.empty()) return err;
+  // CPU and GPU tensors move over different transports; ranks may use
+  // different GPU ordinals.
+  err = CheckSame(by_rank, "the device",
+                  [](const Request& r) { return std::string(r.device < 0 ? "CPU" : "GPU"); });
+  if (!err.empty()) return err;
 
   const Request& first = by_rank[0];
   switch (first.op) {
@@ -144,6 +149,7 @@ Response BuildResponse(const std::vector<Request>& by_rank, int size) {
   resp.root_rank = first.root_rank;
   resp.prescale = first.prescale;
   resp.postscale = first.postscale;
+  resp.gpu = first.device >= 0;
 
   std::string err = Validate(by_rank, size);
   if (!err.empty()) {

@@ -400,6 +400,9 @@ void Engine::Loop() {
   Status closing = failure.ok() ? Status::Aborted("tf_ring was shut down " + stopped_by +
                                                   "; this collective could not run.")
                                 : failure;
+  // Device work in flight: finishes, or fails with the reason when the
+  // engine stops for an error (peers may be gone, so nothing waits on them).
+  s.operations->Stop(!failure.ok(), closing.message());
   std::vector<TensorEntry> pending = s.queue.TakeAllEntries();
   failed_by_peer_ = failure.ok() && by_peer && !pending.empty();
   for (TensorEntry& e : pending) e.done(closing);

@@ -11,7 +11,8 @@ bool Fusable(const Response& r) {
 
 bool SameBatchKey(const Response& a, const Response& b) {
   return a.op == b.op && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
-         a.prescale == b.prescale && a.postscale == b.postscale && a.root_rank == b.root_rank;
+         a.prescale == b.prescale && a.postscale == b.postscale && a.root_rank == b.root_rank &&
+         a.gpu == b.gpu;
 }
 }  // namespace
 

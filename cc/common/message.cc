@@ -6,7 +6,7 @@ namespace tf_ring {
 
 namespace {
 // Bumped whenever a field changes so that mixed builds fail loudly.
-constexpr uint32_t kWireVersion = 5;
+constexpr uint32_t kWireVersion = 6;
 
 void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int32_t>(r.rank);
@@ -20,6 +20,7 @@ void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<double>(r.postscale);
   w->PutVector(r.splits);
   w->Put<int64_t>(r.waited_us);
+  w->Put<int32_t>(r.device);
 }
 
 bool ReadRequest(ByteReader* rd, Request* r) {
@@ -34,6 +35,7 @@ bool ReadRequest(ByteReader* rd, Request* r) {
   r->postscale = rd->Get<double>();
   r->splits = rd->GetVector<int64_t>();
   r->waited_us = rd->Get<int64_t>();
+  r->device = rd->Get<int32_t>();
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
       reduce_op > static_cast<uint8_t>(ReduceOp::kProduct) || !IsValidDataType(dtype)) {
     return false;
@@ -57,6 +59,7 @@ void WriteResponse(const Response& r, ByteWriter* w) {
   w->PutVector(r.sizes);
   w->Put<int32_t>(r.contributors);
   w->PutVector(r.shapes);
+  w->Put<uint8_t>(r.gpu ? 1 : 0);
 }
 
 bool ReadResponse(ByteReader* rd, Response* r) {
@@ -72,6 +75,7 @@ bool ReadResponse(ByteReader* rd, Response* r) {
   r->sizes = rd->GetVector<int64_t>();
   r->contributors = rd->Get<int32_t>();
   r->shapes = rd->GetVector<int64_t>();
+  r->gpu = rd->Get<uint8_t>() != 0;
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
       reduce_op > static_cast<uint8_t>(ReduceOp::kProduct) || !IsValidDataType(dtype)) {
     return false;

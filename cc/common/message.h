@@ -40,6 +40,7 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  int32_t device = -1;          // -1 host memory, else this rank's GPU ordinal
   // How long it had already waited on its rank before this negotiation (a
   // cache hit the other ranks left waiting), so stall times count from the
   // submission, not from when rank 0 first heard of it.
@@ -78,6 +79,8 @@ struct Response {
   // shape as [ndims, dims...] so joined ranks can stand in with no data.
   int32_t contributors = 0;
   std::vector<int64_t> shapes;
+  // The tensors live in GPU memory on every rank (NCCL moves them).
+  bool gpu = false;
 
   // Local only (never sent), for the timeline: how the ranks agreed on it,
   // and on rank 0 the ranks in arrival order and those it waited for.

@@ -44,9 +44,14 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
     // Cannot happen unless ranks disagree on state; failing beats corrupting.
     status = Status::Unknown("internal error: response for '" + resp.names[0] +
                              "' names a tensor this rank does not hold");
-  } else {
+  } else if (resp.gpu && device_ == nullptr) {
+    status = Status::Precondition(std::string(OpTypeName(resp.op)) + " of tensor '" + resp.names[0] +
+                                  "': GPU tensors need a CUDA build of tf_ring; this is a CPU build.");
+  } else if (!resp.gpu) {
     status = Run(resp, entries, recording ? &marks_ : nullptr);
   }
+  const bool on_device = status.ok() && !resp.is_error() && resp.gpu;
+  if (on_device) MarkPhaseIfRecording(resp, recording);
   if (recording) Record(resp, entries, status, start, Timeline::Clock::now());
 
   int64_t bytes = 0;
@@ -55,8 +60,18 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   stats->tensors += static_cast<int64_t>(own);
   if (entries.size() > 1) stats->fused_batches++;
   if (!resp.is_error() && RunsHierarchical(Context(nullptr), resp.op)) stats->hierarchical_batches++;
-  for (auto& e : entries) e.done(status);
+  if (on_device) {
+    // The transport copies what it needs from the stand-ins before returning.
+    device_->Start(resp, std::move(entries), nullptr);
+  } else {
+    for (auto& e : entries) e.done(status);
+  }
   stand_ins_.Clear();
+}
+
+void OperationManager::MarkPhaseIfRecording(const Response& resp, bool recording) {
+  // The timeline shows when NCCL work was queued; it completes later.
+  if (recording) marks_.Begin(resp.op == OpType::kAllreduce ? "NCCL_ALLREDUCE" : "NCCL_COLLECTIVE");
 }
 
 void OperationManager::Record(const Response& resp, const std::vector<TensorEntry>& entries,
@@ -64,7 +79,8 @@ void OperationManager::Record(const Response& resp, const std::vector<TensorEntr
                               Timeline::Clock::time_point end) {
   std::vector<PhaseMarks::Mark> marks = marks_.marks();
   if (marks.empty()) marks.push_back({PhaseName(resp.op), start});
-  const char* transport = RunsHierarchical(Context(nullptr), resp.op)        ? "hierarchical"
+  const char* transport = resp.gpu                                            ? "nccl"
+                          : RunsHierarchical(Context(nullptr), resp.op)        ? "hierarchical"
                           : resp.op == OpType::kAllreduce && shm_ != nullptr ? "shm"
                                                                              : "mpi";
   for (const TensorEntry& e : entries) {

@@ -3,7 +3,11 @@
 #ifndef TF_RING_COMMON_OPERATION_MANAGER_H_
 #define TF_RING_COMMON_OPERATION_MANAGER_H_
 
+#include <memory>
+#include <string>
+
 #include "common/collectives/collectives.h"
+#include "common/device_transport.h"
 #include "common/joined_stand_in.h"
 #include "common/message.h"
 #include "common/mpi_context.h"
@@ -18,14 +22,21 @@ class OperationManager {
   // `shm` may be null (ranks on several nodes, or TF_RING_SHM=0); `hosts` is
   // null unless collectives run hierarchical (then `shm` is this host's).
   OperationManager(const MpiContext* mpi, ShmSegment* shm, const HostLayout* hosts, Timeline* timeline)
-      : mpi_(mpi), shm_(shm), hosts_(hosts), timeline_(timeline) {}
+      : mpi_(mpi), shm_(shm), hosts_(hosts), timeline_(timeline), device_(MakeDeviceTransport(mpi)) {}
 
   // Runs `resp` and completes its entries, counting it in `stats` first.
+  // GPU responses are only started here; their entries complete later.
   void Execute(const Response& resp, TensorQueue* queue, EngineStats* stats);
+  // The engine stops: device work in flight finishes or fails (see
+  // DeviceTransport::Stop). `abort` when stopping for an error.
+  void Stop(bool abort, const std::string& reason) {
+    if (device_) device_->Stop(abort, reason);
+  }
 
  private:
   CollectiveContext Context(PhaseMarks* marks) { return {mpi_, &scratch_, shm_, hosts_, marks}; }
   Status Run(const Response& resp, std::vector<TensorEntry>& entries, PhaseMarks* marks);
+  void MarkPhaseIfRecording(const Response& resp, bool recording);
   // Timeline events for every tensor of the batch, one per phase.
   void Record(const Response& resp, const std::vector<TensorEntry>& entries, const Status& status,
               Timeline::Clock::time_point start, Timeline::Clock::time_point end);
@@ -37,6 +48,7 @@ class OperationManager {
   ScratchBuffer scratch_;
   StandInStore stand_ins_;
   PhaseMarks marks_;
+  std::unique_ptr<DeviceTransport> device_;  // null in a CPU build
 };
 
 }  // namespace tf_ring

@@ -26,6 +26,8 @@ class Status {
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The same code with `prefix` put before the message.
+  Status WithPrefix(const std::string& prefix) const { return Status(code_, prefix + message_); }
 
  private:
   Status(StatusCode code, std::string msg) : code_(code), message_(std::move(msg)) {}

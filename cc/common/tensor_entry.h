@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@
 #include "common/status.h"
 
 namespace tf_ring {
+
+// TensorEntry::device of a tensor in host memory.
+constexpr int kCpuDevice = -1;
 
 struct TensorEntry {
   std::string name;
@@ -26,8 +30,16 @@ struct TensorEntry {
   void* output = nullptr;
   // Output `index` with `shape`; returns its buffer through `data`.
   std::function<Status(int index, const std::vector<int64_t>& shape, void** data)> allocate_output;
-  // Called exactly once, from the engine thread, when the collective is over.
+  // Called exactly once when the collective is over: from the engine thread,
+  // or for GPU tensors from the thread that watches the device.
   std::function<void(const Status&)> done;
+  // kCpuDevice, or the CUDA device ordinal that `input`/`output` live on.
+  int device = kCpuDevice;
+  // GPU only: a cudaEvent_t the producer recorded after writing `input`
+  // (the engine waits on it before reading); its deleter destroys it. Null
+  // when the input is already complete. Opaque here so the engine's
+  // framework-free core needs no CUDA headers.
+  std::shared_ptr<void> ready_event;
 
   int64_t NumElements() const {
     int64_t n = 1;

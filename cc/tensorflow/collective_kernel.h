@@ -30,6 +30,7 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
     ToEngineDtype(input.dtype(), &request.dtype);
     for (int d = 0; d < input.dims(); ++d) request.shape.push_back(input.dim_size(d));
     TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, done);
+    request.device = entry.device;
     Status s = Engine::Get().Enqueue(std::move(entry), std::move(request));
     if (!s.ok()) {
       ctx->SetStatus(ToTfStatus(s));

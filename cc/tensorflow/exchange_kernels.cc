@@ -2,6 +2,7 @@
 // reducescatter. Argument checks that involve other ranks (splits against
 // the size, root ranks) happen in the coordinator so every rank fails alike.
 #include "tensorflow/collective_kernel.h"
+#include "tensorflow/kernel_factories.h"
 
 namespace tf_ring {
 
@@ -57,6 +58,9 @@ class ReducescatterKernel : public CollectiveKernel {
 };
 
 }  // namespace
+
+tf::OpKernel* NewAlltoallKernel(tf::OpKernelConstruction* c) { return new AlltoallKernel(c); }
+tf::OpKernel* NewReducescatterKernel(tf::OpKernelConstruction* c) { return new ReducescatterKernel(c); }
 
 REGISTER_KERNEL_BUILDER(Name("TfRingAlltoall").Device(tf::DEVICE_CPU).HostMemory("splits")
                             .HostMemory("received_splits"),

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "tensorflow/collective_kernel.h"
+#include "tensorflow/kernel_factories.h"
 
 namespace tf_ring {
 
@@ -43,6 +44,7 @@ class GroupedAllreduceKernel : public CollectiveKernel {
       ToEngineDtype(input.dtype(), &req.dtype);
       for (int d = 0; d < input.dims(); ++d) req.shape.push_back(input.dim_size(d));
       entries.push_back(MakeEntryForInput(ctx, i, name, OpType::kAllreduce, output, finish_one));
+      req.device = entries.back().device;
       requests.push_back(std::move(req));
     }
     if (n == 0) {
@@ -62,6 +64,8 @@ class GroupedAllreduceKernel : public CollectiveKernel {
 };
 
 }  // namespace
+
+tf::OpKernel* NewGroupedAllreduceKernel(tf::OpKernelConstruction* c) { return new GroupedAllreduceKernel(c); }
 
 REGISTER_KERNEL_BUILDER(Name("TfRingGroupedAllreduce").Device(tf::DEVICE_CPU),
                         GroupedAllreduceKernel);

@@ -1,6 +1,7 @@
 // join(): this rank stops submitting collectives; the engine stands in for it
 // (zeros to reductions, no rows to allgathers) until every rank has joined.
 #include "tensorflow/collective_kernel.h"
+#include "tensorflow/kernel_factories.h"
 
 namespace tf_ring {
 
@@ -40,6 +41,8 @@ class JoinKernel : public tf::AsyncOpKernel {
 };
 
 }  // namespace
+
+tf::OpKernel* NewJoinKernel(tf::OpKernelConstruction* c) { return new JoinKernel(c); }
 
 REGISTER_KERNEL_BUILDER(Name("TfRingJoin").Device(tf::DEVICE_CPU), JoinKernel);
 

@@ -1,6 +1,8 @@
-// CPU kernels: validate, allocate what is known, enqueue, return. The engine
-// thread finishes each op through the entry's callback.
+// The collective kernels: validate, allocate what is known, enqueue, return.
+// The engine finishes each op through the entry's callback. Registered here
+// for CPU; gpu_kernels.cc registers the same classes for GPU in CUDA builds.
 #include "tensorflow/collective_kernel.h"
+#include "tensorflow/kernel_factories.h"
 
 namespace tf_ring {
 
@@ -64,6 +66,10 @@ class BroadcastKernel : public CollectiveKernel {
 };
 
 }  // namespace
+
+tf::OpKernel* NewAllreduceKernel(tf::OpKernelConstruction* c) { return new AllreduceKernel(c); }
+tf::OpKernel* NewAllgatherKernel(tf::OpKernelConstruction* c) { return new AllgatherKernel(c); }
+tf::OpKernel* NewBroadcastKernel(tf::OpKernelConstruction* c) { return new BroadcastKernel(c); }
 
 REGISTER_KERNEL_BUILDER(Name("TfRingAllreduce").Device(tf::DEVICE_CPU), AllreduceKernel);
 REGISTER_KERNEL_BUILDER(Name("TfRingAllgather").Device(tf::DEVICE_CPU), AllgatherKernel);

@@ -4,6 +4,12 @@ namespace tf_ring {
 
 namespace tf = ::tensorflow;
 
+namespace {
+DeviceEntryHook g_device_entry_hook = nullptr;
+}  // namespace
+
+void SetDeviceEntryHook(DeviceEntryHook hook) { g_device_entry_hook = hook; }
+
 absl::Status ToTfStatus(const Status& s) {
   switch (s.code()) {
     case StatusCode::kOk: return absl::OkStatus();
@@ -58,6 +64,7 @@ TensorEntry MakeEntryForInput(tf::OpKernelContext* ctx, int index, const std::st
     if (!s.ok()) ctx->SetStatus(ToTfStatus(s));
     done();
   };
+  if (g_device_entry_hook) g_device_entry_hook(ctx, &e);
   return e;
 }
 

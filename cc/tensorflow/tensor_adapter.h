@@ -14,6 +14,12 @@ absl::Status ToTfStatus(const Status& s);
 // False when TensorFlow's dtype has no engine equivalent.
 bool ToEngineDtype(::tensorflow::DataType tf_dtype, DataType* out);
 
+// In a CUDA build, gpu_kernels.cc installs this: for a kernel running on a
+// GPU it sets the entry's device and records the input's ready event on
+// TensorFlow's stream. Null (CPU build): entries stay on the host.
+using DeviceEntryHook = void (*)(::tensorflow::OpKernelContext* ctx, TensorEntry* entry);
+void SetDeviceEntryHook(DeviceEntryHook hook);
+
 // Builds the entry for input 0 of `ctx`: buffers, shape, output allocation
 // through the kernel context, and a callback that sets the status and
 // calls `done`. `output` may be null (allocated later by the engine).

@@ -58,6 +58,20 @@ def _read_build_info(path):
         return None, "cannot read %s (%s); %s" % (path, e, REBUILD_HINT)
 
 
+def build_kind(info):
+    if info.get("build") == "cuda":
+        return "CUDA %s, NCCL %s (%s)" % (info.get("cuda_version", "?"), info.get("nccl_version", "?"),
+                                          info.get("nccl", "?"))
+    return "CPU only (no CUDA/NCCL)"
+
+
+def nccl_line(info):
+    """The NCCL backend line: which NCCL and CUDA a CUDA build uses."""
+    if info.get("build") != "cuda":
+        return "[ ] NCCL (CPU build)"
+    return "[X] NCCL %s (CUDA %s build)" % (info.get("nccl_version", "?"), info.get("cuda_version", "?"))
+
+
 def _box(ok):
     return "[X]" if ok else "[ ]"
 
@@ -98,11 +112,12 @@ def check_build(info_path=None, package_dir=PACKAGE_DIR, out=None, err=None):
         "  mpirun:                 %s" % (mpirun or "not found"),
         "  MPI library:            %s" % (_mpi_library_version(mpirun) or "unknown"),
         "  MPI (built against):    %s" % info.get("mpi_version", "unknown"),
+        "  build:                  %s" % build_kind(info),
         "",
         "Available backends:",
         "    %s MPI" % _box(mpirun and info),
         "    %s shared-memory allreduce (ranks on one node)" % _box(mpirun and info),
-        "    [ ] NCCL (CPU build)",
+        "    %s" % nccl_line(info),
         "    [ ] Gloo",
         "",
         "Available frameworks:",

@@ -18,6 +18,11 @@ import time
 
 from tf_ring.run import check_build, cluster_hosts, engine_flags, job_watch, layout
 
+# --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
+# unless each rank presents its own host identity; it then joins them over
+# its socket transport on the loopback interface. For testing on one GPU.
+_SHARE_GPU_PREFIX = 'export NCCL_HOSTID="tfringrun-share-gpu-rank-${OMPI_COMM_WORLD_RANK:-0}"; '
+
 # Environment forwarded to remote hosts (local ranks inherit everything).
 _FORWARDED_PREFIXES = ("TF_RING_", "TF_", "PYTHON", "PATH", "LD_LIBRARY_PATH", "OMP_", "KERAS_")
 
@@ -79,6 +84,11 @@ def _make_parser():
                              help="print what tf_ring was built against, the installed "
                                   "TensorFlow and MPI, and the available backends; exit 1 if the "
                                   "build is not usable (needs no -np or command)")
+    layout_group.add_argument("--share-gpu", action="store_true",
+                              help="let several ranks share one GPU (testing only): gives every "
+                                   "rank its own NCCL_HOSTID, derived from its rank, and sets "
+                                   "NCCL_SOCKET_IFNAME=lo, so NCCL accepts the duplicate GPU and "
+                                   "joins the ranks over sockets (default: off)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the program and its arguments, e.g. python train.py")
     return parser
@@ -162,7 +172,8 @@ def build_command(args, is_root=None, cores=None, environ=None, token="job"):
     cmd += ["--bind-to", args.bind_to]
     cmd += _network_arguments(args)
     cmd += shlex.split(args.mpi_args)
-    cmd += ["sh", "-c", job_watch.rank_wrapper(token), "tfringrun-rank"] + list(args.command)
+    wrapper = (_SHARE_GPU_PREFIX if getattr(args, "share_gpu", False) else "") + job_watch.rank_wrapper(token)
+    cmd += ["sh", "-c", wrapper, "tfringrun-rank"] + list(args.command)
     return cmd
 
 
@@ -185,6 +196,8 @@ def child_environment(args, base=None):
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.update(engine_flags.environment(args))
+    if getattr(args, "share_gpu", False):
+        env["NCCL_SOCKET_IFNAME"] = "lo"
     if args.verbose:
         env["OMPI_MCA_rmaps_base_display_map"] = "1"
     return env

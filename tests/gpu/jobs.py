@@ -1,0 +1,56 @@
+"""The engine-only jobs, shared by test_gpu.py (GPU, NCCL) and
+tests/test_engine_only.py (host arrays, MPI): each runs under tfringrun on
+`np` ranks and checks the outcome."""
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def job_env(device, lib=None):
+    env = {"PYTHONPATH": os.pathsep.join([HERE, REPO, os.environ.get("PYTHONPATH", "")]),
+           "TF_RING_ENGINE_TEST_DEVICE": device}
+    if lib:
+        env["TF_RING_ENGINE_LIB"] = lib
+    return env
+
+
+def launcher_flags(device):
+    return ["--share-gpu"] if device == "cuda" else []
+
+
+def run_collectives(run_under_launcher, np, device, lib=None):
+    result = run_under_launcher(
+        np, launcher_flags(device) + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                      "-p", "gpu_rank_plugin", "-o", "python_files=mpi_*.py", "-x",
+                                      os.path.join(HERE, "mpi_gpu_collectives.py")],
+        timeout=900, env=job_env(device, lib))
+    assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
+    assert result.stdout.count(" passed") == np, result.stdout[-4000:]
+    return result
+
+
+def run_dead_rank(run_under_launcher, np, device, lib=None):
+    start = time.monotonic()
+    result = run_under_launcher(np, launcher_flags(device) + [sys.executable, os.path.join(HERE, "gpu_dead_rank.py")],
+                                timeout=180, env=job_env(device, lib))
+    elapsed = time.monotonic() - start
+    out = result.stdout + result.stderr
+    assert out.count("warm-up done") == np, out[-4000:]
+    assert result.returncode != 0, out[-4000:]
+    assert "rank %d exited with code 7" % (np - 1) in out, out[-4000:]
+    assert "returned without the dead rank" not in out, out[-4000:]
+    assert elapsed < 60, "the job took %.0f s to end after a rank died" % elapsed
+    return elapsed
+
+
+def run_shutdown_in_flight(run_under_launcher, np, device, lib=None):
+    result = run_under_launcher(np, launcher_flags(device) + [sys.executable,
+                                                              os.path.join(HERE, "gpu_shutdown_in_flight.py")],
+                                timeout=300, env=job_env(device, lib))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-6000:]
+    assert out.count("shutdown with work in flight:") == np, out[-4000:]
+    return result

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine (repo root as cwd, results under $OUT):
+# builds the engine-only library with CUDA and NCCL (incremental), runs
+# tests/gpu on 2 and 3 ranks sharing the GPU, runs the benchmark on 2 ranks,
+# and prints a compact summary. Uses the system Open MPI (mpirun on PATH).
+#
+#   bash tests/gpu/run_on_device.sh            # everything
+#   SKIP_BENCH=1 bash tests/gpu/run_on_device.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out="${OUT:-$(mktemp -d)}"
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+py="${PYTHON:-python3}"
+
+{
+  echo "== machine"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 2
+  (command -v nvcc >/dev/null && nvcc --version | tail -n 1) || echo "nvcc: none"
+  mpirun --version 2>&1 | head -n 1
+  "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>&1
+} | tee "$out/machine.txt"
+
+echo "== build"
+start=$(date +%s)
+if bash tf_ring_engine/build.sh --cuda > "$out/build.log" 2>&1; then build=ok; else build=FAILED; fi
+echo "build: $build in $(( $(date +%s) - start )) s (log: build.log)"
+tail -n 3 "$out/build.log"
+if [ "$build" != ok ]; then tail -n 60 "$out/build.log"; exit 1; fi
+
+echo "== tests/gpu (2 and 3 ranks, --share-gpu)"
+start=$(date +%s)
+"$py" -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gpu.py --junitxml="$out/gpu_tests.xml" \
+  > "$out/tests.log" 2>&1
+tests_rc=$?
+echo "tests: exit $tests_rc in $(( $(date +%s) - start )) s (log: tests.log)"
+grep -E "passed|failed|skipped|error" "$out/tests.log" | tail -n 5
+if [ $tests_rc -ne 0 ]; then grep -E "^(FAILED|ERROR)|Error|error:" "$out/tests.log" | head -n 40; fi
+
+bench_rc=skipped
+if [ -z "${SKIP_BENCH:-}" ]; then
+  echo "== benchmark (2 ranks, one GPU shared)"
+  start=$(date +%s)
+  "$py" -m tf_ring.run -np 2 --share-gpu "$py" benchmarks/gpu_collectives.py --json "$out/bench_np2.json" \
+    > "$out/bench.log" 2>&1
+  bench_rc=$?
+  echo "benchmark: exit $bench_rc in $(( $(date +%s) - start )) s (log: bench.log)"
+  grep -v "^NCCL\|^\s*$" "$out/bench.log" | tail -n 40
+fi
+
+echo "== summary: build $build, tests exit $tests_rc, benchmark $bench_rc (files in $out)"
+[ "$tests_rc" = 0 ]

@@ -1,0 +1,56 @@
+"""The engine-only library (tf_ring_engine: no TensorFlow) on host arrays.
+
+Builds the CPU variant with tf_ring_engine/build.sh (incremental, in build/)
+and runs the GPU test suite's jobs in host mode on 2 and 3 ranks: the same
+tests the GPU machine runs over NCCL, here over MPI, which checks the
+binding and the tests themselves on every CI run.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
+
+import jobs  # noqa: E402
+from conftest import REPO, run_under_launcher  # noqa: E402
+
+LIB = os.path.join(REPO, "build", "engine-cpu-test", "libtf_ring_engine.so")
+
+
+@pytest.fixture(scope="module")
+def engine_lib():
+    env = dict(os.environ, OUT=LIB, BUILD_DIR=os.path.join(REPO, "build", "engine-cpu-test"))
+    result = subprocess.run(["bash", os.path.join(REPO, "tf_ring_engine", "build.sh"), "--cpu"],
+                            capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return LIB
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_engine_only_collectives_on_host_arrays(engine_lib, np):
+    jobs.run_collectives(run_under_launcher, np, "cpu", engine_lib)
+
+
+def test_engine_only_dead_rank_ends_the_job(engine_lib):
+    jobs.run_dead_rank(run_under_launcher, 2, "cpu", engine_lib)
+
+
+def test_engine_only_shutdown_with_work_in_flight(engine_lib):
+    jobs.run_shutdown_in_flight(run_under_launcher, 3, "cpu", engine_lib)
+
+
+def test_a_cpu_build_refuses_device_tensors_clearly(engine_lib):
+    code = ("import ctypes, tf_ring_engine as e\n"
+            "assert not e.gpu_built()\n"
+            "e.init()\n"
+            "err = ctypes.create_string_buffer(4096)\n"
+            "shape = (ctypes.c_int64 * 1)(4)\n"
+            "h = e.LIB.tf_ring_submit(0, 0, 6, b'x', shape, 1, ctypes.c_void_p(1), ctypes.c_void_p(1), 0, None,"
+            " 0, 1.0, 1.0, None, 0, err, 4096)\n"
+            "print(h, err.value.decode())\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, **jobs.job_env("cpu", engine_lib)), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("0 this tf_ring was built without CUDA"), result.stdout

