@@ -54,16 +54,17 @@ def _alltoall_grad(op, grad, _received_splits_grad):
 
 @tf.RegisterGradient("TfRingReducescatter")
 def _reducescatter_grad(op, grad):
-    # Each rank's input fed every rank's block: gather the blocks' gradients
-    # and scale them as the forward pass scaled the input.
+    # Horovod's convention, chosen so that allgather(reducescatter(x)) has
+    # allreduce's gradient: gather every block's gradient; Sum also multiplies
+    # by the size. The scale factors apply as in the forward pass.
     reduce_op = op.get_attr("reduce_op")
     if reduce_op not in (_ops.Sum, _ops.Average):
         raise NotImplementedError("the gradient of reducescatter is defined for Sum and Average "
                                   "only, not %s" % _ops._REDUCE_OP_NAMES[reduce_op])
     from tf_ring.basics import size
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if reduce_op == _ops.Average:
-        factor /= size()
+    if reduce_op == _ops.Sum:
+        factor *= size()
     gathered = _ops.allgather(grad)
     if factor == 1.0:
         return gathered

@@ -3,8 +3,7 @@ import tensorflow as tf
 
 from tf_ring._library import OPS
 from tf_ring.compression import Compression
-from tf_ring.ops import (_REDUCE_OP_NAMES, REDUCE_DTYPES, Average, _as_tensor, _check_dtype,
-                         _normalize_name)
+from tf_ring.ops import REDUCE_DTYPES, _as_tensor, _check_dtype, _normalize_name, _resolve_op
 
 
 def _group_name(name):
@@ -15,17 +14,19 @@ def _group_name(name):
     return "grouped_allreduce.eager" if tf.executing_eagerly() else ""
 
 
-def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                      compression=Compression.none):
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, ignore_name_scope=False, name=None):
     """Reduces every tensor of `tensors` over all ranks; returns a list in the same order.
 
     All dense tensors enter the engine together, so they are negotiated in the
     same cycle even in eager mode. tf.IndexedSlices members are reduced through
     allgather (see tf_ring.allreduce). Dtypes may differ within the list.
+    Horovod's deprecated arguments behave as in tf_ring.allreduce; `name`
+    (a tf_ring addition) names the group.
     """
-    if op not in _REDUCE_OP_NAMES:
-        raise ValueError("tf_ring.grouped_allreduce: unknown op %r; use tf_ring.Sum, Average, "
-                         "Min, Max or Product" % (op,))
+    op = _resolve_op("grouped_allreduce", op, average)
+    compression = compression or Compression.none
     tensors = list(tensors)
     group = _group_name(name)
     results = [None] * len(tensors)

@@ -39,7 +39,8 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   marks_.Clear();
   Status status;
   if (resp.is_error()) {
-    status = Status::InvalidArgument(resp.error);
+    status = resp.is_mismatch() ? Status::Precondition(resp.error)
+                                : Status::InvalidArgument(resp.error);
   } else if (entries.size() != resp.names.size()) {
     // Cannot happen unless ranks disagree on state; failing beats corrupting.
     status = Status::Unknown("internal error: response for '" + resp.names[0] +
