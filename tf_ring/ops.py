@@ -13,8 +13,9 @@ Max = 3
 Product = 4
 _REDUCE_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
 
-REDUCE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)
-MOVE_DTYPES = REDUCE_DTYPES + (tf.uint8, tf.int8, tf.bool)
+REDUCE_DTYPES = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
+                 tf.bfloat16, tf.float32, tf.float64)
+MOVE_DTYPES = REDUCE_DTYPES + (tf.bool,)
 
 
 def _normalize_name(name):

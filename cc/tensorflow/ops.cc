@@ -31,7 +31,7 @@ absl::Status FirstDimUnknown(InferenceContext* c) {
 }  // namespace
 
 REGISTER_OP("TfRingAllreduce")
-    .Attr("T: {float16, bfloat16, float32, float64, int32, int64}")
+    .Attr("T: {uint8, int8, uint16, int16, float16, bfloat16, float32, float64, int32, int64}")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
@@ -43,7 +43,7 @@ REGISTER_OP("TfRingAllreduce")
     .Doc("Reduces `tensor` across all ranks (tf_ring).");
 
 REGISTER_OP("TfRingAllgather")
-    .Attr("T: {uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool}")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, bool}")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
     .Output("gathered: T")
@@ -52,7 +52,7 @@ REGISTER_OP("TfRingAllgather")
     .Doc("Concatenates `tensor` from all ranks along the first dimension, in rank order.");
 
 REGISTER_OP("TfRingBroadcast")
-    .Attr("T: {uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool}")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, bool}")
     .Attr("root_rank: int")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
@@ -62,7 +62,7 @@ REGISTER_OP("TfRingBroadcast")
     .Doc("Returns the root rank's `tensor` on every rank.");
 
 REGISTER_OP("TfRingGroupedAllreduce")
-    .Attr("T: list({float16, bfloat16, float32, float64, int32, int64}) >= 0")
+    .Attr("T: list({uint8, int8, uint16, int16, float16, bfloat16, float32, float64, int32, int64}) >= 0")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
@@ -77,7 +77,7 @@ REGISTER_OP("TfRingGroupedAllreduce")
     .Doc("Reduces every tensor of the list across all ranks in one negotiation (tf_ring).");
 
 REGISTER_OP("TfRingAlltoall")
-    .Attr("T: {uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool}")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, bool}")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
     .Input("splits: int32")
@@ -93,7 +93,7 @@ REGISTER_OP("TfRingAlltoall")
          "order, and how many came from each rank. Empty splits split evenly.");
 
 REGISTER_OP("TfRingReducescatter")
-    .Attr("T: {float16, bfloat16, float32, float64, int32, int64}")
+    .Attr("T: {uint8, int8, uint16, int16, float16, bfloat16, float32, float64, int32, int64}")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")

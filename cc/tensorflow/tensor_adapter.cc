@@ -26,6 +26,8 @@ bool ToEngineDtype(tf::DataType tf_dtype, DataType* out) {
     case tf::DT_FLOAT: *out = DataType::kFloat32; return true;
     case tf::DT_DOUBLE: *out = DataType::kFloat64; return true;
     case tf::DT_BOOL: *out = DataType::kBool; return true;
+    case tf::DT_UINT16: *out = DataType::kUint16; return true;
+    case tf::DT_INT16: *out = DataType::kInt16; return true;
     default: return false;
   }
 }
