@@ -101,6 +101,9 @@ Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& ent
       // Every rank's join() returns the last rank to join.
       for (auto& e : entries) *static_cast<int32_t*>(e.output) = resp.root_rank;
       return Status::OK();
+    case OpType::kBarrier:
+      // Nothing to move: the negotiation already waited for every rank.
+      return Status::OK();
     default:
       return Status::InvalidArgument(std::string(OpTypeName(resp.op)) +
                                      " is not supported by this build");

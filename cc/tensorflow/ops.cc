@@ -105,6 +105,19 @@ REGISTER_OP("TfRingReducescatter")
     .Doc("Reduces `tensor` across ranks and returns this rank's block of rows "
          "(earlier ranks get the extra rows when they do not divide evenly).");
 
+REGISTER_OP("TfRingTopology")
+    .Attr("which: {'rank', 'size', 'local_rank', 'local_size'}")
+    .Output("value: int32")
+    .SetIsStateful()  // read when run, never folded into a constant at graph build
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc("This process's rank, size, local rank or local size, read when the op runs.");
+
+REGISTER_OP("TfRingBarrier")
+    .Attr("tensor_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc("Finishes once every rank has reached the barrier.");
+
 REGISTER_OP("TfRingJoin")
     .Output("last_joined_rank: int32")
     .SetIsStateful()
