@@ -28,6 +28,22 @@ absl::Status FirstDimUnknown(InferenceContext* c) {
   c->set_output(0, out);
   return absl::OkStatus();
 }
+
+// FirstDimUnknown for every input of a list op, output i from input i.
+absl::Status EachFirstDimUnknown(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    ShapeHandle in = c->input(i);
+    if (!c->RankKnown(in)) {
+      c->set_output(i, c->UnknownShape());
+      continue;
+    }
+    ShapeHandle rest, out;
+    TF_RETURN_IF_ERROR(c->Subshape(in, 1, &rest));
+    TF_RETURN_IF_ERROR(c->Concatenate(c->Vector(c->UnknownDim()), rest, &out));
+    c->set_output(i, out);
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 REGISTER_OP("TfRingAllreduce")
@@ -75,6 +91,29 @@ REGISTER_OP("TfRingGroupedAllreduce")
       return absl::OkStatus();
     })
     .Doc("Reduces every tensor of the list across all ranks in one negotiation (tf_ring).");
+
+REGISTER_OP("TfRingGroupedAllgather")
+    .Attr("T: list({uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, "
+          "bool}) >= 0")
+    .Attr("tensor_name: string = ''")
+    .Input("tensors: T")
+    .Output("gathered: T")
+    .SetIsStateful()
+    .SetShapeFn(EachFirstDimUnknown)
+    .Doc("Allgathers every tensor of the list in one negotiation (tf_ring).");
+
+REGISTER_OP("TfRingGroupedReducescatter")
+    .Attr("T: list({uint8, int8, uint16, int16, float16, bfloat16, float32, float64, int32, "
+          "int64}) >= 0")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    .SetIsStateful()
+    .SetShapeFn(EachFirstDimUnknown)
+    .Doc("Reducescatters every tensor of the list in one negotiation (tf_ring).");
 
 REGISTER_OP("TfRingAlltoall")
     .Attr("T: {uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, bool}")
