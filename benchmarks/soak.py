@@ -39,7 +39,7 @@ def detour(i):
     try:
         hvd.allreduce(tf.ones(bad_shape), name="soak_mismatch")
         raise SystemExit("soak: the mismatched allreduce did not fail")
-    except tf.errors.InvalidArgumentError:
+    except tf.errors.FailedPreconditionError:
         pass
     rows = 1 + (i + me) % 3  # a new set of row counts every time
     gathered = hvd.allgather(tf.ones([rows, 4]), name="soak_gather")

@@ -14,18 +14,24 @@ _API = {
     "tf_ring.basics": ["NotInitializedError", "build_info", "cross_rank", "cross_size", "init",
                        "is_initialized", "local_rank", "local_size", "mpi_built",
                        "mpi_threads_supported", "nccl_built", "rank", "reset_stats", "shutdown",
-                       "size", "stats", "engine_params"],
+                       "size", "stats", "engine_params",
+                       # Horovod's build and topology queries
+                       "ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
+                       "is_homogeneous", "mpi_enabled", "rocm_built"],
     "tf_ring.ops": ["Average", "Max", "Min", "Product", "Sum", "allgather", "allreduce", "broadcast"],
     "tf_ring.compression": ["Compression"],
     "tf_ring.distributed_optimizer": ["DistributedOptimizer"],
     "tf_ring.exchange": ["alltoall", "reducescatter"],
-    "tf_ring.grouped": ["grouped_allreduce"],
+    "tf_ring.grouped": ["grouped_allreduce",
+                        "grouped_allgather", "grouped_reducescatter"],
     "tf_ring.hooks": ["BroadcastGlobalVariablesHook"],
     "tf_ring.joining": ["join"],
     "tf_ring.timeline_control": ["start_timeline", "stop_timeline"],
     "tf_ring.objects": ["allgather_object", "broadcast_object", "broadcast_object_fn"],
     "tf_ring.tape": ["DistributedGradientTape", "PartialDistributedGradientTape"],
     "tf_ring.variables": ["broadcast_", "broadcast_global_variables", "broadcast_variables"],
+    "tf_ring.runtime_ops": ["barrier", "local_rank_op", "local_size_op", "process_set_included_op",
+                            "rank_op", "size_op"],
 }
 _HOME = {name: module for module, names in _API.items() for name in names}
 __all__ = sorted(_HOME) + ["__version__"]

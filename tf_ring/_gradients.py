@@ -54,19 +54,57 @@ def _alltoall_grad(op, grad, _received_splits_grad):
 
 @tf.RegisterGradient("TfRingReducescatter")
 def _reducescatter_grad(op, grad):
-    # Each rank's input fed every rank's block: gather the blocks' gradients
-    # and scale them as the forward pass scaled the input.
+    # Horovod's convention, chosen so that allgather(reducescatter(x)) has
+    # allreduce's gradient: gather every block's gradient; Sum also multiplies
+    # by the size. The scale factors apply as in the forward pass.
     reduce_op = op.get_attr("reduce_op")
     if reduce_op not in (_ops.Sum, _ops.Average):
         raise NotImplementedError("the gradient of reducescatter is defined for Sum and Average "
                                   "only, not %s" % _ops._REDUCE_OP_NAMES[reduce_op])
     from tf_ring.basics import size
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if reduce_op == _ops.Average:
-        factor /= size()
+    if reduce_op == _ops.Sum:
+        factor *= size()
     gathered = _ops.allgather(grad)
     if factor == 1.0:
         return gathered
     if gathered.dtype.is_floating:
         return gathered * tf.cast(factor, gathered.dtype)
     return tf.cast(tf.cast(gathered, tf.float64) * factor, gathered.dtype)
+
+
+@tf.RegisterGradient("TfRingGroupedAllgather")
+def _grouped_allgather_grad(op, *grads):
+    # allgather's gradient member by member, in two grouped collectives: the
+    # averaged gradients, then every rank's row counts to find this rank's rows.
+    from tf_ring.grouped import grouped_allgather, grouped_allreduce
+    grads = [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]
+    reduced = grouped_allreduce(grads, op=_ops.Average)
+    rows = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in op.inputs])
+    all_rows = tf.reshape(grouped_allgather([rows])[0], [-1, len(op.inputs)])
+    begins = tf.reduce_sum(all_rows[:rank()], axis=0)
+    out = []
+    for i, (grad, x) in enumerate(zip(reduced, op.inputs)):
+        begin = tf.concat([begins[i:i + 1], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0)
+        out.append(tf.slice(grad, begin, tf.shape(x, out_type=tf.int64)))
+    return out
+
+
+@tf.RegisterGradient("TfRingGroupedReducescatter")
+def _grouped_reducescatter_grad(op, *grads):
+    # reducescatter's gradient member by member, gathered as one group.
+    reduce_op = op.get_attr("reduce_op")
+    if reduce_op not in (_ops.Sum, _ops.Average):
+        raise NotImplementedError("the gradient of grouped_reducescatter is defined for Sum and "
+                                  "Average only, not %s" % _ops._REDUCE_OP_NAMES[reduce_op])
+    from tf_ring.basics import size
+    from tf_ring.grouped import grouped_allgather
+    factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if reduce_op == _ops.Sum:
+        factor *= size()
+    grads = [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]
+    gathered = grouped_allgather(grads)
+    if factor == 1.0:
+        return gathered
+    return [g * tf.cast(factor, g.dtype) if g.dtype.is_floating
+            else tf.cast(tf.cast(g, tf.float64) * factor, g.dtype) for g in gathered]

@@ -61,8 +61,10 @@ def _exempt_from_auto_control_deps(ops_module):
     be chained (they run concurrently and fuse), exactly like TensorFlow's own
     collective ops, so they join TensorFlow's set of asynchronous stateful ops."""
     from tensorflow.python.framework import auto_control_deps as acd
-    # join() is the exception: it must stay after the collectives before it.
-    ours = {name for name in dir(ops_module) if name.startswith("TfRing") and name != "TfRingJoin"}
+    # join() and barrier() are the exceptions: they must stay after the
+    # collectives before them.
+    ordered = ("TfRingJoin", "TfRingBarrier")
+    ours = {name for name in dir(ops_module) if name.startswith("TfRing") and name not in ordered}
     if hasattr(acd, "ASYNC_STATEFUL_OPS"):
         acd.ASYNC_STATEFUL_OPS = frozenset(acd.ASYNC_STATEFUL_OPS) | ours
 

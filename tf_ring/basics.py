@@ -59,7 +59,7 @@ def is_initialized():
 
 
 def _topology():
-    values = (ctypes.c_int * 6)()
+    values = (ctypes.c_int * 7)()
     if C_API.tf_ring_topology(values) != 0:
         raise NotInitializedError("tf_ring is not initialized: call tf_ring.init() first.")
     return list(values)
@@ -95,8 +95,43 @@ def cross_size():
     return _topology()[5]
 
 
+def is_homogeneous():
+    """True when every node runs the same number of ranks."""
+    return bool(_topology()[6])
+
+
 def mpi_built():
     return True
+
+
+def mpi_enabled():
+    """Whether collectives run over MPI: always, in tf_ring."""
+    return True
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def cuda_built():
+    """Whether this build has CUDA support (a CUDA/NCCL build, see build_info())."""
+    return build_info().get("build") == "cuda"
 
 
 def nccl_built():
@@ -146,5 +181,7 @@ def engine_params():
 
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_threads_supported",
+           "cross_rank", "cross_size", "is_homogeneous", "mpi_built", "mpi_enabled",
+           "gloo_built", "gloo_enabled", "ccl_built", "ddl_built", "cuda_built", "rocm_built",
+           "nccl_built", "mpi_threads_supported",
            "stats", "reset_stats", "engine_params", "build_info", "NotInitializedError"]

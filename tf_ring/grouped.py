@@ -1,31 +1,34 @@
-"""grouped_allreduce: one negotiation (and one fused execution) for a list."""
+"""Grouped collectives: one negotiation (and fused execution where the
+collective fuses) for a list of tensors."""
 import tensorflow as tf
 
 from tf_ring._library import OPS
 from tf_ring.compression import Compression
-from tf_ring.ops import (_REDUCE_OP_NAMES, REDUCE_DTYPES, Average, _as_tensor, _check_dtype,
-                         _normalize_name)
+from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Average, _as_tensor, _check_dtype,
+                         _normalize_name, _resolve_op)
 
 
-def _group_name(name):
+def _group_name(name, what="grouped_allreduce"):
     """Explicit names win; eagerly one shared name (calls block, so no clash);
     in graphs an empty name lets the kernel use its unique node name."""
     if name:
         return _normalize_name(name)
-    return "grouped_allreduce.eager" if tf.executing_eagerly() else ""
+    return what + ".eager" if tf.executing_eagerly() else ""
 
 
-def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                      compression=Compression.none):
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, ignore_name_scope=False, name=None):
     """Reduces every tensor of `tensors` over all ranks; returns a list in the same order.
 
     All dense tensors enter the engine together, so they are negotiated in the
     same cycle even in eager mode. tf.IndexedSlices members are reduced through
     allgather (see tf_ring.allreduce). Dtypes may differ within the list.
+    Horovod's deprecated arguments behave as in tf_ring.allreduce; `name`
+    (a tf_ring addition) names the group.
     """
-    if op not in _REDUCE_OP_NAMES:
-        raise ValueError("tf_ring.grouped_allreduce: unknown op %r; use tf_ring.Sum, Average, "
-                         "Min, Max or Product" % (op,))
+    op = _resolve_op("grouped_allreduce", op, average)
+    compression = compression or Compression.none
     tensors = list(tensors)
     group = _group_name(name)
     results = [None] * len(tensors)
@@ -51,3 +54,38 @@ def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, posts
         for i, out, ctx in zip(dense_positions, reduced, contexts):
             results[i] = compression.decompress(out, ctx)
     return results
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False):
+    """Allgathers every tensor of `tensors` (see tf_ring.allgather) in one
+    negotiation; returns a list in the same order. ignore_name_scope does nothing."""
+    tensors = [_as_tensor(t, "grouped_allgather", name) for t in tensors]
+    for t in tensors:
+        _check_dtype("grouped_allgather", t, MOVE_DTYPES, name)
+    if not tensors:
+        return []
+    return list(OPS.tf_ring_grouped_allgather(
+        tensors, tensor_name=_group_name(name, "grouped_allgather")))
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """Reducescatters every tensor of `tensors` (see tf_ring.reducescatter) in
+    one negotiation; returns a list in the same order. device_dense does
+    nothing on this build; `name` (a tf_ring addition) names the group."""
+    op = _resolve_op("grouped_reducescatter", op, None)
+    compression = compression or Compression.none
+    tensors = [_as_tensor(t, "grouped_reducescatter", name) for t in tensors]
+    compressed, contexts = [], []
+    for t in tensors:
+        _check_dtype("grouped_reducescatter", t, REDUCE_DTYPES, name)
+        c, ctx = compression.compress(t)
+        compressed.append(c)
+        contexts.append(ctx)
+    if not tensors:
+        return []
+    reduced = OPS.tf_ring_grouped_reducescatter(
+        compressed, reduce_op=op, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        tensor_name=_group_name(name, "grouped_reducescatter"))
+    return [compression.decompress(out, ctx) for out, ctx in zip(reduced, contexts)]

@@ -13,8 +13,9 @@ Max = 3
 Product = 4
 _REDUCE_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
 
-REDUCE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)
-MOVE_DTYPES = REDUCE_DTYPES + (tf.uint8, tf.int8, tf.bool)
+REDUCE_DTYPES = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
+                 tf.bfloat16, tf.float32, tf.float64)
+MOVE_DTYPES = REDUCE_DTYPES + (tf.bool,)
 
 
 def _normalize_name(name):
@@ -53,48 +54,69 @@ def _as_tensor(tensor, what, name):
                         % (what, name, type(tensor).__name__, e)) from e
 
 
-def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-              compression=None, average=None):
-    """Reduces `tensor` over all ranks with `op` (Sum, Average, Min, Max, Product).
+def _resolve_op(what, op, average):
+    """Horovod's rule for the deprecated `average`: it maps to Average/Sum,
+    with a DeprecationWarning, and may not be combined with `op`."""
+    if average is not None:
+        if op is not None:
+            raise ValueError("tf_ring.%s: the op parameter supersedes average; pass only one of "
+                             "them (op=tf_ring.Average or op=tf_ring.Sum)." % what)
+        import warnings
+        warnings.warn("tf_ring.%s: `average` is deprecated (as in Horovod); use op=tf_ring.Average "
+                      "or op=tf_ring.Sum instead." % what, DeprecationWarning, stacklevel=3)
+        op = Average if average else Sum
+    if op is None:
+        op = Average
+    if op not in _REDUCE_OP_NAMES:
+        raise ValueError("tf_ring.%s: unknown op %r; use one of tf_ring.%s"
+                         % (what, op, ", tf_ring.".join(_REDUCE_OP_NAMES.values())))
+    return op
+
+
+def _compressor(compression):
+    from tf_ring.compression import Compression
+    return Compression.none if compression is None else compression
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None, ignore_name_scope=False):
+    """Reduces `tensor` over all ranks with `op` (default Average).
 
     prescale_factor multiplies each rank's input before the reduction,
-    postscale_factor the result after it. `average=True/False` is accepted for
-    old Horovod code and maps to op=Average/Sum.
+    postscale_factor the result after it. Horovod's deprecated arguments are
+    accepted: `average=True/False` means op=Average/Sum (not with op=);
+    device_dense, device_sparse (this build runs collectives on the CPU) and
+    ignore_name_scope (tf_ring never prefixes names with the name scope) do
+    nothing. tf.IndexedSlices are reduced by allgather (Sum or Average only).
     """
-    if average is not None:
-        op = Average if average else Sum
-    if op not in _REDUCE_OP_NAMES:
-        raise ValueError("tf_ring.allreduce: unknown op %r; use tf_ring.Sum, Average, Min, Max or Product"
-                         % (op,))
+    op = _resolve_op("allreduce", op, average)
     if isinstance(tensor, tf.IndexedSlices):
         from tf_ring.sparse import allreduce_indexed_slices
         return allreduce_indexed_slices(tensor, op=op, name=name, prescale_factor=prescale_factor,
                                         postscale_factor=postscale_factor, compression=compression)
     tensor = _as_tensor(tensor, "allreduce", name)
     _check_dtype("allreduce", tensor, REDUCE_DTYPES, name)
-    if compression is not None:
-        compressed, ctx = compression.compress(tensor)
-        reduced = OPS.tf_ring_allreduce(
-            compressed, reduce_op=op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor, tensor_name=_auto_name("allreduce", tensor, name))
-        return compression.decompress(reduced, ctx)
-    return OPS.tf_ring_allreduce(
-        tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=_auto_name("allreduce", tensor, name))
+    compression = _compressor(compression)
+    compressed, ctx = compression.compress(tensor)
+    reduced = OPS.tf_ring_allreduce(
+        compressed, reduce_op=op, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor, tensor_name=_auto_name("allreduce", tensor, name))
+    return compression.decompress(reduced, ctx)
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, ignore_name_scope=False):
     """Concatenates `tensor` from every rank along dimension 0, in rank order.
 
     The first dimension may differ between ranks; the others must match.
+    ignore_name_scope is accepted for Horovod code and does nothing.
     """
     tensor = _as_tensor(tensor, "allgather", name)
     _check_dtype("allgather", tensor, MOVE_DTYPES, name)
     return OPS.tf_ring_allgather(tensor, tensor_name=_auto_name("allgather", tensor, name))
 
 
-def broadcast(tensor, root_rank, name=None):
-    """Returns root_rank's `tensor` on every rank."""
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False):
+    """Returns root_rank's `tensor` on every rank (ignore_name_scope does nothing)."""
     tensor = _as_tensor(tensor, "broadcast", name)
     _check_dtype("broadcast", tensor, MOVE_DTYPES, name)
     return OPS.tf_ring_broadcast(tensor, root_rank=int(root_rank),

@@ -42,11 +42,12 @@ void tf_ring_finalize_mpi() {
 
 int tf_ring_is_initialized() { return Engine::Get().running() ? 1 : 0; }
 
-// Fills rank, size, local_rank, local_size, cross_rank, cross_size.
+// Fills rank, size, local_rank, local_size, cross_rank, cross_size, homogeneous.
 int tf_ring_topology(int* out) {
   if (!Engine::Get().started()) return 1;
   tf_ring::Topology t = Engine::Get().topology();
-  int values[6] = {t.rank, t.size, t.local_rank, t.local_size, t.cross_rank, t.cross_size};
+  int values[7] = {t.rank,       t.size,       t.local_rank,           t.local_size,
+                   t.cross_rank, t.cross_size, t.homogeneous ? 1 : 0};
   std::memcpy(out, values, sizeof(values));
   return 0;
 }

@@ -105,6 +105,12 @@ std::string Validate(const std::vector<Request>& by_rank, int size) {
       });
       if (!err.empty() || first.op == OpType::kAllgather) return err;
       for (const auto& r : by_rank) {
+        // The kernel sends no splits when the rows do not divide evenly.
+        if (r.splits.empty() && r.shape[0] % size != 0)
+          return "the first dimension " + std::to_string(r.shape[0]) + " on rank " +
+                 std::to_string(r.rank) + " does not divide by the " + std::to_string(size) +
+                 " ranks; without splits every rank gets the same number of rows. Pass splits= "
+                 "for an uneven exchange";
         if (static_cast<int>(r.splits.size()) != size)
           return "splits on rank " + std::to_string(r.rank) + " have " +
                  std::to_string(r.splits.size()) + " entries, expected one per rank (" +
@@ -157,7 +163,8 @@ Response BuildResponse(const std::vector<Request>& by_rank, int size) {
     // argument that is wrong on its own (bad splits, root out of range).
     const bool disagreement = err.find(" differs: ") != std::string::npos;
     resp.error = std::string(OpTypeName(first.op)) + " of tensor '" + first.name +
-                 (disagreement ? "' does not match across ranks: " : "' has invalid arguments: ") +
+                 (disagreement ? "' " + std::string(Response::kMismatchPhrase) + ": "
+                               : std::string("' has invalid arguments: ")) +
                  err +
                  (disagreement ? ". Every rank must submit the same kind of request for a tensor "
                                  "name (or give different tensors different names)."

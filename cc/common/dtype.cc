@@ -10,6 +10,8 @@ size_t DataTypeSize(DataType dtype) {
       return 1;
     case DataType::kFloat16:
     case DataType::kBFloat16:
+    case DataType::kUint16:
+    case DataType::kInt16:
       return 2;
     case DataType::kInt32:
     case DataType::kFloat32:
@@ -32,14 +34,16 @@ const char* DataTypeName(DataType dtype) {
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
     case DataType::kBool: return "bool";
+    case DataType::kUint16: return "uint16";
+    case DataType::kInt16: return "int16";
   }
   return "unknown";
 }
 
-bool IsValidDataType(uint8_t raw) { return raw <= static_cast<uint8_t>(DataType::kBool); }
+bool IsValidDataType(uint8_t raw) { return raw <= static_cast<uint8_t>(DataType::kInt16); }
 
 bool IsReducible(DataType dtype) {
-  return dtype != DataType::kBool && dtype != DataType::kUint8 && dtype != DataType::kInt8;
+  return dtype != DataType::kBool;
 }
 
 bool IsFloatingPoint(DataType dtype) {

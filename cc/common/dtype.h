@@ -18,6 +18,8 @@ enum class DataType : uint8_t {
   kFloat32 = 6,
   kFloat64 = 7,
   kBool = 8,
+  kUint16 = 9,
+  kInt16 = 10,
 };
 
 size_t DataTypeSize(DataType dtype);

@@ -172,7 +172,8 @@ Status Engine::Init(const void* mpi_comm) {
   CreateCustomMpiOps();
 
   const MpiContext& m = impl->mpi;
-  topology_ = Topology{m.rank(), m.size(), m.local_rank(), m.local_size(), m.cross_rank(), m.cross_size()};
+  topology_ = Topology{m.rank(),       m.size(),       m.local_rank(),  m.local_size(),
+                       m.cross_rank(), m.cross_size(), m.homogeneous()};
   SetLogRank(m.rank());
   if (m.thread_level() < MPI_THREAD_MULTIPLE) {
     Log(LogLevel::kWarning, "MPI provides thread level " + std::to_string(m.thread_level()) +

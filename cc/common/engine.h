@@ -25,6 +25,7 @@ struct Topology {
   int rank = -1, size = -1;
   int local_rank = -1, local_size = -1;
   int cross_rank = -1, cross_size = -1;
+  bool homogeneous = true;  // every node runs the same number of ranks
 };
 
 class Engine {

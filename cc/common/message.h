@@ -89,7 +89,13 @@ struct Response {
   std::vector<int> waited_for;
 
   bool is_error() const { return !error.empty(); }
+  // Ranks disagreeing about a tensor (as opposed to one rank's bad argument):
+  // adapters raise it as a failed precondition, as Horovod does.
+  bool is_mismatch() const { return error.find(kMismatchPhrase) != std::string::npos; }
   bool has_joined_ranks() const { return contributors > 0; }
+
+  // The coordinator writes this into every cross-rank disagreement.
+  static constexpr const char* kMismatchPhrase = "does not match across ranks";
 };
 
 struct ResponseList {

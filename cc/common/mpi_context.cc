@@ -43,6 +43,10 @@ Status MpiContext::Init(const MPI_Comm* user_comm) {
   MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_);
   MPI_Comm_rank(cross_comm_, &cross_rank_);
   MPI_Comm_size(cross_comm_, &cross_size_);
+  // Homogeneous when the smallest and largest node run as many ranks.
+  int extremes[2] = {local_size_, -local_size_};
+  MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT, MPI_MIN, comm_);
+  homogeneous_ = extremes[0] == -extremes[1];
   return Status::OK();
 }
 

@@ -31,6 +31,7 @@ class MpiContext {
   int local_size() const { return local_size_; }
   int cross_rank() const { return cross_rank_; }
   int cross_size() const { return cross_size_; }
+  bool homogeneous() const { return homogeneous_; }
   int thread_level() const { return thread_level_; }
 
   // Completes a non-blocking MPI request. Spins briefly (peers are usually
@@ -45,6 +46,7 @@ class MpiContext {
   int rank_ = 0, size_ = 1;
   int local_rank_ = 0, local_size_ = 1;
   int cross_rank_ = 0, cross_size_ = 1;
+  bool homogeneous_ = true;
   int thread_level_ = 0;
 };
 

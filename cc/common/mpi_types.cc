@@ -66,6 +66,8 @@ MPI_Datatype MpiDatatype(DataType dtype) {
     case DataType::kFloat32: return MPI_FLOAT;
     case DataType::kFloat64: return MPI_DOUBLE;
     case DataType::kBool: return MPI_C_BOOL;
+    case DataType::kUint16: return MPI_UINT16_T;
+    case DataType::kInt16: return MPI_INT16_T;
   }
   return MPI_BYTE;
 }

@@ -39,7 +39,8 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   marks_.Clear();
   Status status;
   if (resp.is_error()) {
-    status = Status::InvalidArgument(resp.error);
+    status = resp.is_mismatch() ? Status::Precondition(resp.error)
+                                : Status::InvalidArgument(resp.error);
   } else if (entries.size() != resp.names.size()) {
     // Cannot happen unless ranks disagree on state; failing beats corrupting.
     status = Status::Unknown("internal error: response for '" + resp.names[0] +
@@ -118,6 +119,9 @@ Status OperationManager::Run(const Response& resp, std::vector<TensorEntry>& ent
     case OpType::kJoin:
       // Every rank's join() returns the last rank to join.
       for (auto& e : entries) *static_cast<int32_t*>(e.output) = resp.root_rank;
+      return Status::OK();
+    case OpType::kBarrier:
+      // Nothing to move: the negotiation already waited for every rank.
       return Status::OK();
     default:
       return Status::InvalidArgument(std::string(OpTypeName(resp.op)) +

@@ -76,6 +76,8 @@ void FillIdentity(void* buf, int64_t count, DataType dtype, ReduceOp op) {
     case DataType::kInt64: Fill(buf, count, IdentityOf<int64_t>(op)); break;
     case DataType::kUint8: Fill(buf, count, IdentityOf<uint8_t>(op)); break;
     case DataType::kInt8: Fill(buf, count, IdentityOf<int8_t>(op)); break;
+    case DataType::kUint16: Fill(buf, count, IdentityOf<uint16_t>(op)); break;
+    case DataType::kInt16: Fill(buf, count, IdentityOf<int16_t>(op)); break;
     case DataType::kFloat16: Fill(buf, count, FloatToHalf(IdentityOf<float>(op))); break;
     case DataType::kBFloat16: Fill(buf, count, FloatToBFloat16(IdentityOf<float>(op))); break;
     case DataType::kBool: Fill(buf, count, static_cast<uint8_t>(0)); break;
@@ -90,6 +92,8 @@ void ReduceInto(void* dst, const void* a, const void* b, int64_t count, DataType
     case DataType::kInt64: ReduceTyped<int64_t>(dst, a, b, count, op); break;
     case DataType::kUint8: ReduceTyped<uint8_t>(dst, a, b, count, op); break;
     case DataType::kInt8: ReduceTyped<int8_t>(dst, a, b, count, op); break;
+    case DataType::kUint16: ReduceTyped<uint16_t>(dst, a, b, count, op); break;
+    case DataType::kInt16: ReduceTyped<int16_t>(dst, a, b, count, op); break;
     case DataType::kFloat16: Reduce16<HalfToFloat, FloatToHalf>(dst, a, b, count, op); break;
     case DataType::kBFloat16: Reduce16<BFloat16ToFloat, FloatToBFloat16>(dst, a, b, count, op); break;
     case DataType::kBool: break;

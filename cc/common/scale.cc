@@ -37,6 +37,8 @@ void ScaleBuffer(void* data, int64_t count, DataType dtype, double factor) {
     case DataType::kInt64: ScaleAs<int64_t>(data, count, factor); break;
     case DataType::kUint8: ScaleAs<uint8_t>(data, count, factor); break;
     case DataType::kInt8: ScaleAs<int8_t>(data, count, factor); break;
+    case DataType::kUint16: ScaleAs<uint16_t>(data, count, factor); break;
+    case DataType::kInt16: ScaleAs<int16_t>(data, count, factor); break;
     case DataType::kBool: break;
   }
 }
@@ -48,6 +50,8 @@ void DivideIntegers(void* data, int64_t count, DataType dtype, int64_t divisor) 
     case DataType::kInt64: Divide<int64_t>(data, count, divisor); break;
     case DataType::kUint8: Divide<uint8_t>(data, count, divisor); break;
     case DataType::kInt8: Divide<int8_t>(data, count, divisor); break;
+    case DataType::kUint16: Divide<uint16_t>(data, count, divisor); break;
+    case DataType::kInt16: Divide<int16_t>(data, count, divisor); break;
     default: break;
   }
 }

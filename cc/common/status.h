@@ -16,7 +16,8 @@ class Status {
   static Status InvalidArgument(std::string msg) {
     return Status(StatusCode::kInvalidArgument, std::move(msg));
   }
-  // Raised when the engine is not running (before init, after shutdown).
+  // Raised when the engine is not running (before init, after shutdown) and
+  // when ranks disagree about a tensor.
   static Status Precondition(std::string msg) {
     return Status(StatusCode::kPrecondition, std::move(msg));
   }

@@ -10,13 +10,6 @@ namespace tf = ::tensorflow;
 
 namespace {
 
-// Splits rows as evenly as possible; the first (rows % size) ranks get one more.
-std::vector<int64_t> EvenSplits(int64_t rows, int size) {
-  std::vector<int64_t> splits(size, rows / size);
-  for (int r = 0; r < rows % size; ++r) splits[r] += 1;
-  return splits;
-}
-
 class AlltoallKernel : public CollectiveKernel {
  public:
   using CollectiveKernel::CollectiveKernel;
@@ -32,7 +25,11 @@ class AlltoallKernel : public CollectiveKernel {
       auto values = splits.vec<int32_t>();
       for (int64_t i = 0; i < splits.NumElements(); ++i) req.splits.push_back(values(i));
     } else if (ctx->input(0).dims() > 0 && Engine::Get().running()) {
-      req.splits = EvenSplits(ctx->input(0).dim_size(0), Engine::Get().topology().size);
+      // Rows that do not divide evenly leave the splits empty: the coordinator
+      // then fails the tensor on every rank (InvalidArgument, as in Horovod).
+      const int size = Engine::Get().topology().size;
+      if (ctx->input(0).dim_size(0) % size == 0)
+        req.splits.assign(size, ctx->input(0).dim_size(0) / size);
     }
     Submit(ctx, done, OpType::kAlltoall, nullptr, std::move(req));
   }

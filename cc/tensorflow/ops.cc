@@ -28,10 +28,26 @@ absl::Status FirstDimUnknown(InferenceContext* c) {
   c->set_output(0, out);
   return absl::OkStatus();
 }
+
+// FirstDimUnknown for every input of a list op, output i from input i.
+absl::Status EachFirstDimUnknown(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    ShapeHandle in = c->input(i);
+    if (!c->RankKnown(in)) {
+      c->set_output(i, c->UnknownShape());
+      continue;
+    }
+    ShapeHandle rest, out;
+    TF_RETURN_IF_ERROR(c->Subshape(in, 1, &rest));
+    TF_RETURN_IF_ERROR(c->Concatenate(c->Vector(c->UnknownDim()), rest, &out));
+    c->set_output(i, out);
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 REGISTER_OP("TfRingAllreduce")
-    .Attr("T: {float16, bfloat16, float32, float64, int32, int64}")
+    .Attr("T: {uint8, int8, uint16, int16, float16, bfloat16, float32, float64, int32, int64}")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
@@ -43,7 +59,7 @@ REGISTER_OP("TfRingAllreduce")
     .Doc("Reduces `tensor` across all ranks (tf_ring).");
 
 REGISTER_OP("TfRingAllgather")
-    .Attr("T: {uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool}")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, bool}")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
     .Output("gathered: T")
@@ -52,7 +68,7 @@ REGISTER_OP("TfRingAllgather")
     .Doc("Concatenates `tensor` from all ranks along the first dimension, in rank order.");
 
 REGISTER_OP("TfRingBroadcast")
-    .Attr("T: {uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool}")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, bool}")
     .Attr("root_rank: int")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
@@ -62,7 +78,7 @@ REGISTER_OP("TfRingBroadcast")
     .Doc("Returns the root rank's `tensor` on every rank.");
 
 REGISTER_OP("TfRingGroupedAllreduce")
-    .Attr("T: list({float16, bfloat16, float32, float64, int32, int64}) >= 0")
+    .Attr("T: list({uint8, int8, uint16, int16, float16, bfloat16, float32, float64, int32, int64}) >= 0")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
@@ -76,8 +92,31 @@ REGISTER_OP("TfRingGroupedAllreduce")
     })
     .Doc("Reduces every tensor of the list across all ranks in one negotiation (tf_ring).");
 
+REGISTER_OP("TfRingGroupedAllgather")
+    .Attr("T: list({uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, "
+          "bool}) >= 0")
+    .Attr("tensor_name: string = ''")
+    .Input("tensors: T")
+    .Output("gathered: T")
+    .SetIsStateful()
+    .SetShapeFn(EachFirstDimUnknown)
+    .Doc("Allgathers every tensor of the list in one negotiation (tf_ring).");
+
+REGISTER_OP("TfRingGroupedReducescatter")
+    .Attr("T: list({uint8, int8, uint16, int16, float16, bfloat16, float32, float64, int32, "
+          "int64}) >= 0")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    .SetIsStateful()
+    .SetShapeFn(EachFirstDimUnknown)
+    .Doc("Reducescatters every tensor of the list in one negotiation (tf_ring).");
+
 REGISTER_OP("TfRingAlltoall")
-    .Attr("T: {uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool}")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, bool}")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
     .Input("splits: int32")
@@ -93,7 +132,7 @@ REGISTER_OP("TfRingAlltoall")
          "order, and how many came from each rank. Empty splits split evenly.");
 
 REGISTER_OP("TfRingReducescatter")
-    .Attr("T: {float16, bfloat16, float32, float64, int32, int64}")
+    .Attr("T: {uint8, int8, uint16, int16, float16, bfloat16, float32, float64, int32, int64}")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
@@ -104,6 +143,19 @@ REGISTER_OP("TfRingReducescatter")
     .SetShapeFn(FirstDimUnknown)
     .Doc("Reduces `tensor` across ranks and returns this rank's block of rows "
          "(earlier ranks get the extra rows when they do not divide evenly).");
+
+REGISTER_OP("TfRingTopology")
+    .Attr("which: {'rank', 'size', 'local_rank', 'local_size'}")
+    .Output("value: int32")
+    .SetIsStateful()  // read when run, never folded into a constant at graph build
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc("This process's rank, size, local rank or local size, read when the op runs.");
+
+REGISTER_OP("TfRingBarrier")
+    .Attr("tensor_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc("Finishes once every rank has reached the barrier.");
 
 REGISTER_OP("TfRingJoin")
     .Output("last_joined_rank: int32")

@@ -32,6 +32,8 @@ bool ToEngineDtype(tf::DataType tf_dtype, DataType* out) {
     case tf::DT_FLOAT: *out = DataType::kFloat32; return true;
     case tf::DT_DOUBLE: *out = DataType::kFloat64; return true;
     case tf::DT_BOOL: *out = DataType::kBool; return true;
+    case tf::DT_UINT16: *out = DataType::kUint16; return true;
+    case tf::DT_INT16: *out = DataType::kInt16; return true;
     default: return false;
   }
 }
@@ -51,11 +53,11 @@ TensorEntry MakeEntryForInput(tf::OpKernelContext* ctx, int index, const std::st
   for (int d = 0; d < input.dims(); ++d) e.shape.push_back(input.dim_size(d));
   e.input = input.tensor_data().data();
   e.output = output ? const_cast<char*>(output->tensor_data().data()) : nullptr;
-  e.allocate_output = [ctx](int index, const std::vector<int64_t>& shape, void** data) {
+  e.allocate_output = [ctx, index](int k, const std::vector<int64_t>& shape, void** data) {
     tf::TensorShape tf_shape;
     for (int64_t d : shape) tf_shape.AddDim(d);
     tf::Tensor* out = nullptr;
-    absl::Status s = ctx->allocate_output(index, tf_shape, &out);
+    absl::Status s = ctx->allocate_output(index + k, tf_shape, &out);
     if (!s.ok()) return Status::Unknown(std::string(s.message()));
     *data = const_cast<char*>(out->tensor_data().data());
     return Status::OK();

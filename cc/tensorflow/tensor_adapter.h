@@ -25,7 +25,8 @@ void SetDeviceEntryHook(DeviceEntryHook hook);
 // calls `done`. `output` may be null (allocated later by the engine).
 TensorEntry MakeEntry(::tensorflow::OpKernelContext* ctx, const std::string& name, OpType op,
                       ::tensorflow::Tensor* output, ::tensorflow::AsyncOpKernel::DoneCallback done);
-// The same for input `index` (ops with several inputs, e.g. grouped allreduce).
+// The same for input `index` (ops with several inputs, e.g. grouped allreduce);
+// the entry's output k is the op's output index + k.
 TensorEntry MakeEntryForInput(::tensorflow::OpKernelContext* ctx, int index, const std::string& name,
                               OpType op, ::tensorflow::Tensor* output,
                               ::tensorflow::AsyncOpKernel::DoneCallback done);

@@ -11,6 +11,8 @@ def rank_input(rank, shape, dtype, seed=0, low=-8, high=8):
     np_dtype = tf.as_dtype(dtype).as_numpy_dtype
     if tf.as_dtype(dtype) == tf.bool:
         return rng.integers(0, 2, size=shape).astype(bool)
+    if tf.as_dtype(dtype).is_unsigned:
+        low = max(low, 0)  # no wrap-around: NumPy's expected values stay exact
     if tf.as_dtype(dtype).is_floating:
         return (rng.uniform(low, high, size=shape)).astype(np.float32).astype(np_dtype)
     return rng.integers(low, high, size=shape).astype(np_dtype)

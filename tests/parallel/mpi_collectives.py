@@ -9,8 +9,9 @@ import tensorflow as tf
 import tf_ring as hvd
 from helpers import all_inputs, rank_input
 
-REDUCE_DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64]
-MOVE_DTYPES = REDUCE_DTYPES + [tf.uint8, tf.int8, tf.bool]
+REDUCE_DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
+                 tf.bfloat16, tf.float32, tf.float64]
+MOVE_DTYPES = REDUCE_DTYPES + [tf.bool]
 OPS = {hvd.Sum: "sum", hvd.Average: "average", hvd.Min: "min", hvd.Max: "max",
        hvd.Product: "product"}
 

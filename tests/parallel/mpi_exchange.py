@@ -10,8 +10,9 @@ import tensorflow as tf
 import tf_ring as hvd
 from helpers import all_inputs, rank_input
 
-REDUCE_DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64]
-MOVE_DTYPES = REDUCE_DTYPES + [tf.uint8, tf.int8, tf.bool]
+REDUCE_DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
+                 tf.bfloat16, tf.float32, tf.float64]
+MOVE_DTYPES = REDUCE_DTYPES + [tf.bool]
 
 
 def splits_of(rank):
@@ -46,14 +47,23 @@ def test_alltoall_uneven_splits_every_dtype(dtype):
     assert counts.dtype == tf.int32 and counts.numpy().tolist() == want_counts
 
 
-def test_alltoall_default_split_gives_extra_rows_to_early_ranks():
-    rows = 2 * hvd.size() + 1
+def test_alltoall_without_splits_sends_equal_blocks_and_returns_only_the_tensor():
+    rows = 2 * hvd.size()
     inputs = all_inputs((rows,), tf.int64, seed=12)
-    even = [rows // hvd.size() + (1 if j < rows % hvd.size() else 0) for j in range(hvd.size())]
-    received, counts = hvd.alltoall(tf.constant(inputs[hvd.rank()]), name="a2a_default")
-    want, want_counts = expected_alltoall(inputs, [even] * hvd.size(), hvd.rank())
+    received = hvd.alltoall(tf.constant(inputs[hvd.rank()]), name="a2a_default")
+    assert isinstance(received, tf.Tensor)  # Horovod returns no splits here
+    want, _ = expected_alltoall(inputs, [[2] * hvd.size()] * hvd.size(), hvd.rank())
     np.testing.assert_array_equal(received.numpy(), want)
-    assert counts.numpy().tolist() == want_counts
+
+
+def test_alltoall_without_splits_needs_rows_divisible_by_size():
+    # Only the last rank's rows do not divide: every rank gets the error.
+    last = hvd.size() - 1
+    rows = hvd.size() + 1 if hvd.rank() == last else hvd.size()
+    expect_error(lambda: hvd.alltoall(tf.ones((rows, 2)), name="a2a_indivisible"),
+                 "a2a_indivisible", "first dimension %d on rank %d does not divide by the %d ranks"
+                 % (hvd.size() + 1, last, hvd.size()),
+                 "splits=", error=tf.errors.InvalidArgumentError)
 
 
 def test_alltoall_in_tf_function_with_tensor_splits():
@@ -132,14 +142,15 @@ def test_reducescatter_gradient_is_scaled_allgather(op):
         out = hvd.reducescatter(x * 1.0, op=op, postscale_factor=3.0, name="rs_grad_%d" % op)
         loss = tf.reduce_sum(out) * (hvd.rank() + 1)
     grad = tape.gradient(loss, x).numpy()
-    scale = 3.0 / (hvd.size() if op == hvd.Average else 1)
+    # Horovod's convention: Sum -> size * allgather(grad), Average -> allgather(grad).
+    scale = 3.0 * (hvd.size() if op == hvd.Sum else 1)
     want = np.concatenate([np.full((block_rows(rows, r)[1] - block_rows(rows, r)[0], 2),
                                    (r + 1) * scale) for r in range(hvd.size())])
     np.testing.assert_allclose(grad, want, rtol=1e-6)
 
 
-def expect_error(fn, *fragments):
-    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+def expect_error(fn, *fragments, error=tf.errors.InvalidArgumentError):
+    with pytest.raises(error) as info:
         fn()
     for fragment in fragments:
         assert re.search(fragment, str(info.value)), "%r not in %r" % (fragment, str(info.value))
@@ -168,9 +179,10 @@ def test_alltoall_scalar_and_reducescatter_mismatch_fail_on_every_rank():
                  "a2a_scalar", "rank 1 or more")
     rows = 4 if hvd.rank() == hvd.size() - 1 else 3
     expect_error(lambda: hvd.reducescatter(tf.ones((rows, 2)), name="rs_shape"),
-                 "rs_shape", "shape differs", r"\[3, 2\] on", r"\[4, 2\] on rank %d" % (hvd.size() - 1))
+                 "rs_shape", "shape differs", r"\[3, 2\] on", r"\[4, 2\] on rank %d" % (hvd.size() - 1),
+                 error=tf.errors.FailedPreconditionError)
 
 
 def test_engine_still_works_after_exchange_errors():
-    out, _ = hvd.alltoall(tf.fill([hvd.size()], hvd.rank()), name="after_a2a_errors")
+    out = hvd.alltoall(tf.fill([hvd.size()], hvd.rank()), name="after_a2a_errors")
     np.testing.assert_array_equal(out.numpy(), np.arange(hvd.size()))

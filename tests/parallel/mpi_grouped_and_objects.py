@@ -10,7 +10,8 @@ import tensorflow as tf
 import tf_ring as hvd
 from helpers import all_inputs, rank_input
 
-REDUCE_DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64]
+REDUCE_DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
+                 tf.bfloat16, tf.float32, tf.float64]
 
 
 def as_f64(t):
@@ -60,7 +61,7 @@ def test_grouped_allreduce_in_tf_function_with_scale_and_gradient():
 def test_grouped_allreduce_empty_list_and_errors_on_every_rank():
     assert hvd.grouped_allreduce([]) == []
     shape = (3,) if hvd.rank() == hvd.size() - 1 else (2,)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"bad_group\.1.*shape differs"):
+    with pytest.raises(tf.errors.FailedPreconditionError, match=r"bad_group\.1.*shape differs"):
         hvd.grouped_allreduce([tf.ones(2), tf.ones(shape)], name="bad_group")
     out = hvd.grouped_allreduce([tf.ones(2)], op=hvd.Sum, name="after_bad_group")
     np.testing.assert_allclose(out[0].numpy(), [hvd.size()] * 2)
@@ -88,10 +89,33 @@ def test_allreduce_indexed_slices_gathers_and_matches_dense(op):
     np.testing.assert_allclose(tf.convert_to_tensor(out).numpy(), dense, rtol=1e-6)
 
 
-def test_allreduce_indexed_slices_rejects_min():
+@pytest.mark.parametrize("op", [hvd.Min, hvd.Max, hvd.Product], ids=["min", "max", "prod"])
+def test_allreduce_indexed_slices_rejects_other_ops(op):
     slices = tf.IndexedSlices(tf.ones((1, 2)), tf.constant([0]), tf.constant([2, 2]))
-    with pytest.raises(ValueError, match="only op=Sum or op=Average"):
-        hvd.allreduce(slices, op=hvd.Min, name="sparse_min")
+    with pytest.raises(NotImplementedError, match="only op=Sum or op=Average"):
+        hvd.allreduce(slices, op=op, name="sparse_other_op")
+
+
+@pytest.mark.parametrize("scale", [{"prescale_factor": 2.0}, {"postscale_factor": 0.5}],
+                         ids=["pre", "post"])
+def test_allreduce_indexed_slices_rejects_scale_factors(scale):
+    slices = tf.IndexedSlices(tf.ones((1, 2)), tf.constant([0]), tf.constant([2, 2]))
+    with pytest.raises(NotImplementedError, match="prescale_factor or postscale_factor"):
+        hvd.allreduce(slices, op=hvd.Sum, name="sparse_scaled", **scale)
+
+
+@pytest.mark.parametrize("dtype", [tf.int8, tf.int32, tf.int64], ids=lambda d: d.name)
+def test_allreduce_indexed_slices_integer_average_divides_to_float(dtype):
+    # TensorFlow's true division: int8/16 -> float32, int32/64 -> float64.
+    values = np.array([[3 * hvd.rank() + 1, 7]], dtype.as_numpy_dtype)
+    slices = tf.IndexedSlices(tf.constant(values), tf.constant([hvd.rank()]),
+                              tf.constant([hvd.size(), 2]))
+    out = hvd.allreduce(slices, op=hvd.Average, name="sparse_int_avg_" + dtype.name)
+    want_dtype = tf.float32 if dtype == tf.int8 else tf.float64
+    assert out.values.dtype == want_dtype
+    want = np.array([[3 * r + 1, 7] for r in range(hvd.size())], np.float64) / hvd.size()
+    np.testing.assert_allclose(out.values.numpy(), want, rtol=1e-6)
+    assert out.indices.numpy().tolist() == list(range(hvd.size()))
 
 
 def test_fp16_compression_travels_as_float16_and_returns_own_dtype():

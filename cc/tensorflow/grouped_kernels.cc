@@ -1,0 +1,94 @@
+// Grouped collectives: N tensors enter the engine in one atomic step, so they
+// are negotiated in the same cycle (and can be fused) even when called
+// eagerly. The op finishes when the last of its N collectives does.
+#include <atomic>
+#include <memory>
+
+#include "tensorflow/collective_kernel.h"
+#include "tensorflow/kernel_factories.h"
+
+namespace tf_ring {
+
+namespace tf = ::tensorflow;
+
+namespace {
+
+// kOp is the collective every member runs. Allreduce members write into
+// outputs allocated here; allgather and reducescatter members allocate
+// theirs once the negotiation knows the shape.
+template <OpType kOp>
+class GroupedKernel : public CollectiveKernel {
+ public:
+  explicit GroupedKernel(tf::OpKernelConstruction* c) : CollectiveKernel(c) {
+    if (kOp != OpType::kAllgather) ReadReduceAttrs(c, &reduce_op_, &prescale_, &postscale_);
+  }
+
+  void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
+    const int n = ctx->num_inputs();
+    if (n == 0) {
+      done();
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      OP_REQUIRES_ASYNC(ctx, kOp == OpType::kAllreduce || ctx->input(i).dims() >= 1,
+                        absl::InvalidArgumentError(
+                            std::string(OpTypeName(kOp)) + " of tensor '" + tensor_name_ + "." +
+                            std::to_string(i) + "' needs rank 1 or more; got a scalar. "
+                            "Reshape it to [1] first."),
+                        done);
+    }
+    auto remaining = std::make_shared<std::atomic<int>>(n);
+    auto finish_one = [remaining, done]() {
+      if (remaining->fetch_sub(1) == 1) done();
+    };
+
+    std::vector<TensorEntry> entries;
+    std::vector<Request> requests;
+    for (int i = 0; i < n; ++i) {
+      tf::Tensor* output = nullptr;
+      if (kOp == OpType::kAllreduce) {
+        OP_REQUIRES_OK_ASYNC(
+            ctx, ctx->forward_input_or_allocate_output({i}, i, ctx->input(i).shape(), &output),
+            done);
+      }
+      // Each member is its own tensor to the engine, named after the group.
+      const std::string name = tensor_name_ + "." + std::to_string(i);
+      const tf::Tensor& input = ctx->input(i);
+      Request req;
+      req.op = kOp;
+      req.name = name;
+      req.reduce_op = reduce_op_;
+      req.prescale = prescale_;
+      req.postscale = postscale_;
+      ToEngineDtype(input.dtype(), &req.dtype);
+      for (int d = 0; d < input.dims(); ++d) req.shape.push_back(input.dim_size(d));
+      entries.push_back(MakeEntryForInput(ctx, i, name, kOp, output, finish_one));
+      req.device = entries.back().device;
+      requests.push_back(std::move(req));
+    }
+    Status s = Engine::Get().EnqueueGroup(std::move(entries), std::move(requests));
+    if (!s.ok()) {
+      ctx->SetStatus(ToTfStatus(s));
+      done();
+    }
+  }
+
+ private:
+  ReduceOp reduce_op_ = ReduceOp::kSum;
+  float prescale_ = 1.0f, postscale_ = 1.0f;
+};
+
+}  // namespace
+
+tf::OpKernel* NewGroupedAllreduceKernel(tf::OpKernelConstruction* c) {
+  return new GroupedKernel<OpType::kAllreduce>(c);
+}
+
+REGISTER_KERNEL_BUILDER(Name("TfRingGroupedAllreduce").Device(tf::DEVICE_CPU),
+                        GroupedKernel<OpType::kAllreduce>);
+REGISTER_KERNEL_BUILDER(Name("TfRingGroupedAllgather").Device(tf::DEVICE_CPU),
+                        GroupedKernel<OpType::kAllgather>);
+REGISTER_KERNEL_BUILDER(Name("TfRingGroupedReducescatter").Device(tf::DEVICE_CPU),
+                        GroupedKernel<OpType::kReducescatter>);
+
+}  // namespace tf_ring
