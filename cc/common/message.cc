@@ -35,7 +35,7 @@ bool ReadRequest(ByteReader* rd, Request* r) {
   r->splits = rd->GetVector<int64_t>();
   r->waited_us = rd->Get<int64_t>();
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
-      reduce_op > static_cast<uint8_t>(ReduceOp::kProduct) || !IsValidDataType(dtype)) {
+      reduce_op > static_cast<uint8_t>(ReduceOp::kAdasum) || !IsValidDataType(dtype)) {
     return false;
   }
   r->op = static_cast<OpType>(op);
@@ -73,7 +73,7 @@ bool ReadResponse(ByteReader* rd, Response* r) {
   r->contributors = rd->Get<int32_t>();
   r->shapes = rd->GetVector<int64_t>();
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
-      reduce_op > static_cast<uint8_t>(ReduceOp::kProduct) || !IsValidDataType(dtype)) {
+      reduce_op > static_cast<uint8_t>(ReduceOp::kAdasum) || !IsValidDataType(dtype)) {
     return false;
   }
   r->op = static_cast<OpType>(op);
@@ -103,6 +103,7 @@ const char* ReduceOpName(ReduceOp op) {
     case ReduceOp::kMin: return "Min";
     case ReduceOp::kMax: return "Max";
     case ReduceOp::kProduct: return "Product";
+    case ReduceOp::kAdasum: return "Adasum";
   }
   return "unknown";
 }

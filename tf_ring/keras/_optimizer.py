@@ -20,9 +20,9 @@ class _Settings:
 
     def __init__(self, op, compression, backward_passes_per_step, average_aggregated_gradients,
                  sparse_as_dense):
-        if op not in (ops.Average, ops.Sum):
-            raise ValueError("DistributedOptimizer: op must be tf_ring.Average or tf_ring.Sum, got %r"
-                             % (op,))
+        if op not in (ops.Average, ops.Sum, ops.Adasum):
+            raise ValueError("DistributedOptimizer: op must be tf_ring.Average, Sum or Adasum, "
+                             "got %r" % (op,))
         if int(backward_passes_per_step) < 1:
             raise ValueError("DistributedOptimizer: backward_passes_per_step must be >= 1, got %r"
                              % (backward_passes_per_step,))

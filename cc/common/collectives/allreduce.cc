@@ -55,6 +55,7 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
 
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries) {
+  if (resp.reduce_op == ReduceOp::kAdasum) return RunAdasum(ctx, resp, entries);
   if (ctx.shm != nullptr) {
     MarkPhase(ctx, "ALLREDUCE");
     return RunShmAllreduce(ctx, resp, entries);
