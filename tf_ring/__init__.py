@@ -18,7 +18,8 @@ _API = {
                        # Horovod's build and topology queries
                        "ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
                        "is_homogeneous", "mpi_enabled", "rocm_built"],
-    "tf_ring.ops": ["Average", "Max", "Min", "Product", "Sum", "allgather", "allreduce", "broadcast"],
+    "tf_ring.ops": ["Average", "Max", "Min", "Product", "Sum", "allgather", "allreduce", "broadcast",
+                    "Adasum"],
     "tf_ring.compression": ["Compression"],
     "tf_ring.distributed_optimizer": ["DistributedOptimizer"],
     "tf_ring.exchange": ["alltoall", "reducescatter"],

@@ -8,6 +8,9 @@ from tf_ring.basics import rank
 @tf.RegisterGradient("TfRingAllreduce")
 def _allreduce_grad(op, grad):
     # Sum and Average are linear and symmetric: the gradient is the same reduction.
+    if op.get_attr("reduce_op") == _ops.Adasum:
+        raise NotImplementedError("the gradient of an Adasum allreduce is not defined; reduce "
+                                  "gradients with Adasum instead of differentiating through it")
     return _ops.allreduce(grad, op=op.get_attr("reduce_op"),
                           prescale_factor=op.get_attr("prescale_factor"),
                           postscale_factor=op.get_attr("postscale_factor"))

@@ -2,7 +2,7 @@
 import tensorflow as tf
 
 from tf_ring._library import OPS
-from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Average, _as_tensor, _auto_name,
+from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, _as_tensor, _auto_name,
                          _check_dtype, _compressor, _resolve_op)
 
 
@@ -36,6 +36,9 @@ def reducescatter(tensor, device_dense="", compression=None, op=Average, name=No
     nothing on this build.
     """
     op = _resolve_op("reducescatter", op, None)
+    if op == Adasum:
+        raise NotImplementedError("tf_ring.reducescatter: Adasum is a reduce op for allreduce "
+                                  "only.")
     tensor = _as_tensor(tensor, "reducescatter", name)
     _check_dtype("reducescatter", tensor, REDUCE_DTYPES, name)
     compression = _compressor(compression)

@@ -4,8 +4,8 @@ import tensorflow as tf
 
 from tf_ring._library import OPS
 from tf_ring.compression import Compression
-from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Average, _as_tensor, _check_dtype,
-                         _normalize_name, _resolve_op)
+from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, _as_tensor, _check_adasum,
+                         _check_dtype, _normalize_name, _resolve_op)
 
 
 def _group_name(name, what="grouped_allreduce"):
@@ -43,6 +43,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
             continue
         tensor = _as_tensor(tensor, "grouped_allreduce", name)
         _check_dtype("grouped_allreduce", tensor, REDUCE_DTYPES, name)
+        if op == Adasum:
+            _check_adasum("grouped_allreduce", tensor, name)
         compressed, ctx = compression.compress(tensor)
         dense_positions.append(i)
         dense.append(compressed)
@@ -74,6 +76,9 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     one negotiation; returns a list in the same order. device_dense does
     nothing on this build; `name` (a tf_ring addition) names the group."""
     op = _resolve_op("grouped_reducescatter", op, None)
+    if op == Adasum:
+        raise NotImplementedError("tf_ring.grouped_reducescatter: Adasum is a reduce op for "
+                                  "allreduce only.")
     compression = compression or Compression.none
     tensors = [_as_tensor(t, "grouped_reducescatter", name) for t in tensors]
     compressed, contexts = [], []

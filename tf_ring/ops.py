@@ -11,7 +11,10 @@ Average = 1
 Min = 2
 Max = 3
 Product = 4
-_REDUCE_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
+Adasum = 5
+_REDUCE_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product",
+                    Adasum: "Adasum"}
+ADASUM_DTYPES = (tf.float16, tf.float32, tf.float64)
 
 REDUCE_DTYPES = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
                  tf.bfloat16, tf.float32, tf.float64)
@@ -73,6 +76,20 @@ def _resolve_op(what, op, average):
     return op
 
 
+def _check_adasum(what, tensor, name):
+    """Adasum's rules, as in Horovod: float16/32/64, and on the CPU a
+    power-of-two number of ranks (NotImplementedError otherwise). Before
+    init() the size is unknown; the coordinator checks it again at run time."""
+    _check_dtype(what + " with op=Adasum", tensor, ADASUM_DTYPES, name)
+    from tf_ring.basics import is_initialized, size
+    if is_initialized() and size() & (size() - 1):
+        raise NotImplementedError(
+            "tf_ring.%s of '%s' with op=Adasum: Adasum on the CPU needs a power-of-two number "
+            "of ranks (2, 4, 8...), and this job has %d. Use op=tf_ring.Average or Sum, or run "
+            "on a power-of-two number of ranks."
+            % (what, name or getattr(tensor, "name", "unnamed"), size()))
+
+
 def _compressor(compression):
     from tf_ring.compression import Compression
     return Compression.none if compression is None else compression
@@ -81,6 +98,9 @@ def _compressor(compression):
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, ignore_name_scope=False):
     """Reduces `tensor` over all ranks with `op` (default Average).
+
+    op=Adasum combines the ranks' tensors with adaptive summation (see
+    cc/common/collectives/adasum.cc): float16/32/64, power-of-two rank counts.
 
     prescale_factor multiplies each rank's input before the reduction,
     postscale_factor the result after it. Horovod's deprecated arguments are
@@ -96,6 +116,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
                                         postscale_factor=postscale_factor, compression=compression)
     tensor = _as_tensor(tensor, "allreduce", name)
     _check_dtype("allreduce", tensor, REDUCE_DTYPES, name)
+    if op == Adasum:
+        _check_adasum("allreduce", tensor, name)
     compression = _compressor(compression)
     compressed, ctx = compression.compress(tensor)
     reduced = OPS.tf_ring_allreduce(

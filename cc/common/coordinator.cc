@@ -61,6 +61,19 @@ std::string Fmt(double x) {
   return os.str();
 }
 
+// Adasum runs as allreduce of float16/32/64 on 2^k ranks (its tree pairs ranks).
+std::string CheckAdasum(const Request& r, int size) {
+  if (r.op != OpType::kAllreduce) return "Adasum is a reduce op for allreduce only";
+  if (r.dtype != DataType::kFloat16 && r.dtype != DataType::kFloat32 &&
+      r.dtype != DataType::kFloat64)
+    return std::string("Adasum is defined on float16, float32 and float64, not ") +
+           DataTypeName(r.dtype);
+  if (size & (size - 1))
+    return "Adasum on the CPU needs a power-of-two number of ranks, and this job has " +
+           std::to_string(size) + "; run on 2, 4, 8... ranks or use op=Sum or Average";
+  return std::string();
+}
+
 std::string Validate(const std::vector<Request>& by_rank, int size) {
   std::string err = CheckSame(by_rank, "the operation",
                               [](const Request& r) { return std::string(OpTypeName(r.op)); });
@@ -92,6 +105,7 @@ std::string Validate(const std::vector<Request>& by_rank, int size) {
         err = "reducescatter needs a tensor of rank 1 or more, got a scalar";
       if (err.empty() && !IsReducible(first.dtype))
         err = std::string("reductions are not defined on dtype ") + DataTypeName(first.dtype);
+      if (err.empty() && first.reduce_op == ReduceOp::kAdasum) err = CheckAdasum(first, size);
       return err;
     case OpType::kAllgather:
     case OpType::kAlltoall: {

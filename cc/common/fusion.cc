@@ -5,7 +5,8 @@ namespace tf_ring {
 namespace {
 bool Fusable(const Response& r) {
   // Joined-mode responses run alone: joined ranks cannot size them locally.
-  return !r.is_error() && !r.has_joined_ranks() &&
+  // Adasum's dot products belong to one tensor, so it never fuses.
+  return !r.is_error() && !r.has_joined_ranks() && r.reduce_op != ReduceOp::kAdasum &&
          (r.op == OpType::kAllreduce || r.op == OpType::kAllgather || r.op == OpType::kBroadcast);
 }
 

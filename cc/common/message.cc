@@ -37,7 +37,7 @@ bool ReadRequest(ByteReader* rd, Request* r) {
   r->waited_us = rd->Get<int64_t>();
   r->device = rd->Get<int32_t>();
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
-      reduce_op > static_cast<uint8_t>(ReduceOp::kProduct) || !IsValidDataType(dtype)) {
+      reduce_op > static_cast<uint8_t>(ReduceOp::kAdasum) || !IsValidDataType(dtype)) {
     return false;
   }
   r->op = static_cast<OpType>(op);
@@ -77,7 +77,7 @@ bool ReadResponse(ByteReader* rd, Response* r) {
   r->shapes = rd->GetVector<int64_t>();
   r->gpu = rd->Get<uint8_t>() != 0;
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
-      reduce_op > static_cast<uint8_t>(ReduceOp::kProduct) || !IsValidDataType(dtype)) {
+      reduce_op > static_cast<uint8_t>(ReduceOp::kAdasum) || !IsValidDataType(dtype)) {
     return false;
   }
   r->op = static_cast<OpType>(op);
@@ -107,6 +107,7 @@ const char* ReduceOpName(ReduceOp op) {
     case ReduceOp::kMin: return "Min";
     case ReduceOp::kMax: return "Max";
     case ReduceOp::kProduct: return "Product";
+    case ReduceOp::kAdasum: return "Adasum";
   }
   return "unknown";
 }

@@ -23,7 +23,14 @@ enum class OpType : uint8_t {
   kBarrier = 6,
 };
 
-enum class ReduceOp : uint8_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4 };
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kAverage = 1,
+  kMin = 2,
+  kMax = 3,
+  kProduct = 4,
+  kAdasum = 5,  // allreduce of float16/32/64 only; see collectives/adasum.cc
+};
 
 const char* OpTypeName(OpType op);
 const char* ReduceOpName(ReduceOp op);

@@ -22,7 +22,8 @@ template <typename T>
 void ReduceTyped(void* dst, const void* a, const void* b, int64_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: Loop<T>(dst, a, b, n, [](T x, T y) { return static_cast<T>(x + y); }); break;
+    case ReduceOp::kAverage:
+    case ReduceOp::kAdasum: Loop<T>(dst, a, b, n, [](T x, T y) { return static_cast<T>(x + y); }); break;
     case ReduceOp::kMin: Loop<T>(dst, a, b, n, [](T x, T y) { return std::min(x, y); }); break;
     case ReduceOp::kMax: Loop<T>(dst, a, b, n, [](T x, T y) { return std::max(x, y); }); break;
     case ReduceOp::kProduct: Loop<T>(dst, a, b, n, [](T x, T y) { return static_cast<T>(x * y); }); break;
@@ -48,7 +49,8 @@ template <typename T>
 T IdentityOf(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return T(0);
+    case ReduceOp::kAverage:
+    case ReduceOp::kAdasum: return T(0);  // a zero vector leaves Adasum's result unchanged
     case ReduceOp::kProduct: return T(1);
     case ReduceOp::kMin:
       return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()

@@ -46,7 +46,7 @@ inline void ReadReduceAttrs(::tensorflow::OpKernelConstruction* c, ReduceOp* op,
                             float* postscale) {
   int reduce_op;
   OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
-  OP_REQUIRES(c, reduce_op >= 0 && reduce_op <= static_cast<int>(ReduceOp::kProduct),
+  OP_REQUIRES(c, reduce_op >= 0 && reduce_op <= static_cast<int>(ReduceOp::kAdasum),
               absl::InvalidArgumentError("reduce_op out of range: " + std::to_string(reduce_op)));
   *op = static_cast<ReduceOp>(reduce_op);
   OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", prescale));

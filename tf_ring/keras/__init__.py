@@ -22,3 +22,11 @@ __all__ = ["Compression", "init", "shutdown", "is_initialized", "rank", "size", 
            "Average", "Sum", "Min", "Max", "Product", "allreduce", "allgather", "broadcast",
            "broadcast_object", "allgather_object", "join", "reducescatter", "broadcast_global_variables",
            "DistributedOptimizer", "PartialDistributedOptimizer", "SyncBatchNormalization", "load_model", "callbacks"]
+
+# Horovod's Adasum op and build queries, as horovod.tensorflow.keras has them.
+from tf_ring.ops import Adasum  # noqa: E402
+from tf_ring.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: E402
+                            mpi_enabled, rocm_built)
+
+__all__ += ["Adasum", "ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
+            "mpi_enabled", "rocm_built"]

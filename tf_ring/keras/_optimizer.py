@@ -24,8 +24,8 @@ class _Settings:
     def __init__(self, op, compression, backward_passes_per_step, average_aggregated_gradients,
                  sparse_as_dense, gradient_predivide_factor=1.0, num_groups=0, groups=None,
                  scale_local_gradients=True):
-        if op not in (ops.Average, ops.Sum):
-            raise ValueError("DistributedOptimizer: op must be tf_ring.Average or tf_ring.Sum, got %r"
+        if op not in (ops.Average, ops.Sum, ops.Adasum):
+            raise ValueError("DistributedOptimizer: op must be tf_ring.Average, Sum or Adasum, got %r"
                              % (op,))
         if int(backward_passes_per_step) < 1:
             raise ValueError("DistributedOptimizer: backward_passes_per_step must be >= 1, got %r"

@@ -57,6 +57,7 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
 
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries) {
+  if (resp.reduce_op == ReduceOp::kAdasum) return RunAdasum(ctx, resp, entries);
   if (ctx.shm != nullptr) {  // one node, or hierarchical
     MarkPhase(ctx, "ALLREDUCE");
     return RunShmAllreduce(ctx, resp, entries);

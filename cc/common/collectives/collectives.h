@@ -67,6 +67,10 @@ constexpr char kMemcpyOut[] = "MEMCPY_OUT_FUSION_BUFFER";
 
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries);
+// Adasum allreduce (collectives/adasum.cc); the coordinator admits it only
+// for float16/32/64 on a power-of-two number of ranks.
+Status RunAdasum(const CollectiveContext& ctx, const Response& resp,
+                 std::vector<TensorEntry>& entries);
 Status RunAllgather(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries);
 Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
