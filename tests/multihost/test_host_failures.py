@@ -136,9 +136,9 @@ def test_a_hanging_agent_hits_the_start_timeout(tmp_path):
         start = time.time()
         proc = start_job(["--start-timeout", "5"] + with_agent(hosts.launcher_args(2), agent),
                          ["true"])
-        out, err = finish(proc, timeout=90)
+        out, err = finish(proc, timeout=150)
         assert proc.returncode == 1, err
-        assert time.time() - start < 40
+        assert time.time() - start < 60  # 5 s, then up to 10 s for mpirun to obey SIGTERM
         assert "4 of 4 ranks had not started 5 s after launch (--start-timeout)" in err, err
         assert "simhost1 (ranks 2, 3)" in err
         assert_nothing_left(hosts, proc)

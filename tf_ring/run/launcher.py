@@ -262,14 +262,18 @@ def _descendants(pid):
     return found
 
 
-def _kill_tree(proc):
-    """SIGKILLs mpirun and everything it started on this machine (agents
-    such as ssh; remote processes end when their daemon loses mpirun)."""
-    for pid in _descendants(proc.pid) + [proc.pid]:
+def _kill(pids):
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _kill_tree(proc):
+    """SIGKILLs mpirun and everything it started on this machine (agents
+    such as ssh; remote processes end when their daemon loses mpirun)."""
+    _kill(_descendants(proc.pid) + [proc.pid])
 
 
 def _run_job(cmd, env, np, watch=None, start_timeout=None):
@@ -296,19 +300,22 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None):
                 pumps.append(threading.Thread(target=watch.pump, daemon=True, args=(
                     stream.fileno(), getattr(out, "buffer", out))))
                 pumps[-1].start()
-        launched, stop_asked = time.time(), None
+        launched, stop_asked, stuck_agents = time.time(), None, []
         while proc.poll() is None:
             time.sleep(0.1)
             now = time.time()
             if (watch and not start_timed_out and not watch.all_started()
                     and now - launched > start_timeout):
                 start_timed_out, stop_asked = True, now
+                # mpirun may exit on SIGTERM without its hung agents: note them.
+                stuck_agents = _descendants(proc.pid)
                 proc.terminate()
             if received and stop_asked is None:
                 stop_asked = now
             if stop_asked is not None and now - stop_asked > _STOP_GRACE_S:
                 _kill_tree(proc)
         rc = proc.wait()
+        _kill(stuck_agents)
         deadline = time.time() + 5.0
         for pump in pumps:
             # A leftover process may still hold a pipe; do not wait on it long.
