@@ -91,7 +91,7 @@ def finalize():
 
 
 def _topology():
-    out = (ctypes.c_int * 6)()
+    out = (ctypes.c_int * 7)()  # tf_ring_topology writes 7 values (c_api.cc)
     if LIB.tf_ring_topology(out) != 0:
         raise EngineError("tf_ring_engine is not initialized: call init() first")
     return list(out)
