@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REPO
 from multihost.simulated_hosts import SimulatedHosts, namespaces_available
+from tf_ring.run import orphan_daemons
 
 AVAILABLE, WHY = namespaces_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
@@ -126,6 +127,30 @@ def test_an_unreachable_host_fails_the_job_naming_it():
         assert proc.returncode != 0
         assert "tfringrun: host simhost1 (ranks 2, 3): mpirun could not start" in err, out + err
         assert_nothing_left(hosts, proc)
+
+
+def test_the_launchers_cleanup_stops_a_daemon_left_waiting_on_a_host():
+    """The unreachable-host case above, made certain: Open MPI's daemon there
+    sometimes waits for mpirun forever (seen in CI). A stand-in daemon named
+    like one of job 4242's is stopped through the agent; another job's is not."""
+    with SimulatedHosts(2) as hosts:
+        sleeper = "import time; time.sleep(600)"
+        for job in ("4242", "4243"):
+            hosts.run_on("simhost1", "setsid %s -c '%s' prterun-node-%s@0 "
+                         "</dev/null >/dev/null 2>&1 &" % (sys.executable, sleeper, job))
+        deadline = time.time() + 10
+        while len(hosts.pids_on("simhost1")) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(hosts.pids_on("simhost1")) == 2
+        orphan_daemons.stop_orphaned_daemons(["simhost1"], 4242, rsh_agent=hosts.agent)
+        deadline = time.time() + 10
+        while len(hosts.pids_on("simhost1")) > 1 and time.time() < deadline:
+            time.sleep(0.1)
+        left = []
+        for pid in hosts.pids_on("simhost1"):
+            with open("/proc/%d/cmdline" % pid) as f:
+                left.append(f.read().replace("\0", " "))
+        assert len(left) == 1 and "prterun-node-4243@0" in left[0], left
 
 
 def test_a_hanging_agent_hits_the_start_timeout(tmp_path):

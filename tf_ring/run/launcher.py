@@ -8,6 +8,7 @@ so a host that dies fails the job by name (see job_watch).
 Deliberately free of TensorFlow imports so that it starts instantly.
 """
 import argparse
+import functools
 import os
 import shlex
 import signal
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 
-from tf_ring.run import check_build, cluster_hosts, engine_flags, job_watch, layout
+from tf_ring.run import check_build, cluster_hosts, engine_flags, job_watch, layout, orphan_daemons
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -229,7 +230,9 @@ def main(argv=None):
     if _watches_status(args):
         planned = layout.rank_layout(args.np, args.hosts, os.cpu_count() or 1)
         watch = job_watch.JobWatch(token, args.np, {rank: host for rank, host, _ in planned})
-    return _run_job(cmd, env, args.np, watch, args.start_timeout)
+    cleanup = functools.partial(orphan_daemons.stop_orphaned_daemons,
+                                rsh_agent=args.rsh_agent, ssh_port=args.ssh_port)
+    return _run_job(cmd, env, args.np, watch, args.start_timeout, cleanup)
 
 
 # Signals that stop the job: the launcher passes them on to mpirun, which
@@ -276,7 +279,9 @@ def _kill_tree(proc):
     _kill(_descendants(proc.pid) + [proc.pid])
 
 
-def _run_job(cmd, env, np, watch=None, start_timeout=None):
+def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None):
+    """Runs mpirun; `cleanup(hosts, mpirun_pid)` then stops daemons left on
+    hosts where no rank started."""
     received, started = [], []
 
     def forward(signum, _frame):
@@ -316,6 +321,8 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None):
                 _kill_tree(proc)
         rc = proc.wait()
         _kill(stuck_agents)
+        if watch and cleanup and not watch.all_started():
+            cleanup(sorted(watch.hosts_without_start()), proc.pid)
         deadline = time.time() + 5.0
         for pump in pumps:
             # A leftover process may still hold a pipe; do not wait on it long.
