@@ -62,6 +62,19 @@ def test_registration_ids_and_queries(sets):
     assert sets[0] != sets[1] and sets[0] == sets[0]
 
 
+def test_process_set_from_an_mpi4py_communicator(sets):
+    from mpi4py import MPI
+    for ranks in SET_RANKS[hvd.size()]:
+        member = hvd.rank() in ranks
+        comm = MPI.COMM_WORLD.Split(0 if member else MPI.UNDEFINED, hvd.rank())
+        if member:
+            assert hvd.ProcessSet(comm).ranks == ranks
+            comm.Free()
+        else:
+            with pytest.raises(ValueError, match="not in the communicator"):
+                hvd.ProcessSet(comm)
+
+
 def expected_for(ps, shape, dtype, seed):
     return [rank_input(r, shape, dtype, seed) for r in ps.ranks]
 
@@ -163,6 +176,20 @@ def test_gradients_use_the_same_set(sets):
         i = ps.rank()
         np.testing.assert_allclose(tape.gradient(gathered_loss, x).numpy(),
                                    np.arange(4 * i, 4 * i + 4, dtype=np.float32))
+
+
+def test_tape_keeps_local_sources_local_scaled_by_the_set_size(sets):
+    for ps in mine(sets):
+        a = [rank_input(r, (3,), tf.float32, 40) for r in ps.ranks]
+        b = rank_input(hvd.rank(), (2,), tf.float32, 41)
+        w, v = tf.Variable(np.zeros(3, np.float32)), tf.Variable(np.zeros(2, np.float32))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * a[ps.rank()]) + tf.reduce_sum(v * b)
+        tape = hvd.DistributedGradientTape(tape, process_set=ps)
+        tape.register_local_source(v)
+        grad_w, grad_v = tape.gradient(loss, [w, v])
+        np.testing.assert_allclose(grad_w.numpy(), np.mean(a, 0), rtol=1e-6)
+        np.testing.assert_allclose(grad_v.numpy(), b / ps.size(), rtol=1e-6)
 
 
 def test_each_set_caches_and_fuses_on_its_own(sets):
