@@ -581,7 +581,7 @@ def check_fit_on_process_set(k, sgd, steps=3):
     made equal by the callback) and end where one process lands on their
     global batches; ranks outside the set take no part."""
     import tf_ring
-    ps = tf_ring.ProcessSet([0, 1])
+    ps = hvd.ProcessSet([0, 1])  # tf_ring.keras exports the process set API too
     tf_ring.shutdown()
     tf_ring.init(process_sets=[ps])
     try:
