@@ -162,6 +162,16 @@ def test_objects_and_variables_per_set(sets):
         np.testing.assert_array_equal(out[0].numpy(), [ps.ranks[-1]])
 
 
+def test_indexed_slices_average_over_the_set(sets):
+    for ps in mine(sets):
+        values = tf.constant(np.full((2, 3), hvd.rank() + 1.0, np.float32))
+        slices = tf.IndexedSlices(values, tf.constant([hvd.rank(), 0]), tf.constant([4, 3]))
+        out = hvd.allreduce(slices, op=hvd.Average, process_set=ps, name="ps.sparse")
+        np.testing.assert_array_equal(out.indices.numpy(), [i for r in ps.ranks for i in (r, 0)])
+        np.testing.assert_allclose(out.values.numpy(), np.concatenate(
+            [np.full((2, 3), (r + 1.0) / ps.size()) for r in ps.ranks]))
+
+
 def test_gradients_use_the_same_set(sets):
     for ps in mine(sets):
         x = tf.Variable(rank_input(hvd.rank(), (4,), tf.float32, 3))
