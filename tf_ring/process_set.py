@@ -128,6 +128,8 @@ def process_set_id_of(process_set, what):
     ps_id = process_set.process_set_id
     if ps_id == 0:
         return 0
+    if any(ps is process_set for ps in _registered.get(ps_id, ())):
+        return ps_id  # registered through this module, which also forgets removed sets
     registered = None if ps_id is None else _engine_ranks(ps_id)
     if registered is None or registered != process_set.ranks:
         raise ValueError(
