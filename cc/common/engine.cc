@@ -75,10 +75,10 @@ Status Engine::Init(const void* mpi_comm) {
   s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
   if (!s.ok()) return s;
   impl->cache_capacity = static_cast<size_t>(EnvDouble("TF_RING_CACHE_CAPACITY", 1024));
+  impl->stall_check_seconds = EnvDouble("TF_RING_STALL_CHECK_TIME_SECONDS", 60);
   impl->controller = std::make_unique<Controller>(
       &impl->mpi, impl->cache_capacity,
-      StallConfig{EnvDouble("TF_RING_STALL_CHECK_TIME_SECONDS", 60),
-                  EnvDouble("TF_RING_STALL_SHUTDOWN_TIME_SECONDS", 0)});
+      StallConfig{impl->stall_check_seconds, EnvDouble("TF_RING_STALL_SHUTDOWN_TIME_SECONDS", 0)});
   impl->fusion_threshold = static_cast<int64_t>(EnvDouble("TF_RING_FUSION_THRESHOLD", 64 << 20));
   const char* use_shm = std::getenv("TF_RING_SHM");
   HostCounts host_counts;

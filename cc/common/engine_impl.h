@@ -49,6 +49,7 @@ struct Engine::Impl {
   TensorQueue queue;
   ProcessSetTable sets;  // the others; this Impl is the global set
   size_t cache_capacity = 0;
+  double stall_check_seconds = 0;  // for the process sets' coordinators
   std::unique_ptr<Controller> controller;
   std::unique_ptr<OperationManager> operations;
   std::chrono::microseconds batch_window{0};

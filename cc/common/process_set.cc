@@ -27,13 +27,14 @@ std::string ProcessSet::Describe() const {
   return s + ")";
 }
 
-Status ProcessSet::Connect(MPI_Comm world, size_t cache_capacity) {
+Status ProcessSet::Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds) {
   Status s = mpi_.InitGroup(world, ranks_, id_);
   if (!s.ok()) return s;
   connected_ = true;
-  // The stall inspector, shared memory, hierarchical collectives, autotune
-  // and the timeline belong to the global set; a set runs plain MPI.
-  controller_ = std::make_unique<Controller>(&mpi_, cache_capacity, StallConfig{0, 0});
+  // Shared memory, hierarchical collectives, autotune, the timeline and
+  // stall shutdown belong to the global set; a set runs plain MPI.
+  controller_ = std::make_unique<Controller>(&mpi_, cache_capacity, StallConfig{stall_check_seconds, 0});
+  controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
   operations_ = std::make_unique<OperationManager>(&mpi_, nullptr, nullptr, nullptr);
   return Status::OK();
 }

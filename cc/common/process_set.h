@@ -28,7 +28,9 @@ class ProcessSet {
 
   // Members only: builds the set's communicator from `world`, collectively
   // with the other members (every member calls it with the same id).
-  Status Connect(MPI_Comm world, size_t cache_capacity);
+  // `stall_check_seconds`: the set's coordinator warns about tensors some
+  // members lack (0: never); stalls never stop the engine from a set.
+  Status Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds);
 
   int32_t id() const { return id_; }
   const std::vector<int>& ranks() const { return ranks_; }

@@ -59,7 +59,8 @@ std::vector<int32_t> ProcessSetTable::Ids() {
 }
 
 Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_rank, MPI_Comm world,
-                            size_t cache_capacity, std::vector<int32_t>* ids) {
+                            size_t cache_capacity, double stall_check_seconds,
+                            std::vector<int32_t>* ids) {
   std::vector<std::shared_ptr<ProcessSet>> made;
   for (const auto& ranks : sets) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -71,7 +72,7 @@ Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_ra
     }
     auto set = std::make_shared<ProcessSet>(next_id_, ranks, my_rank);
     if (set->included()) {
-      Status s = set->Connect(world, cache_capacity);
+      Status s = set->Connect(world, cache_capacity, stall_check_seconds);
       if (!s.ok()) return s;
     }
     sets_[next_id_] = set;

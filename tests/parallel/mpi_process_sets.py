@@ -380,3 +380,38 @@ def test_init_errors_out_of_range_and_ranks_that_disagree(sets):
     finally:
         restart(sets)
     assert [ps.process_set_id for ps in sets] == [1, 2, 3]
+
+
+def test_a_stall_inside_a_set_is_reported_with_engine_ranks(sets, capfd):
+    """The set's coordinator warns about a tensor some members lack, naming
+    the set and the missing member by its engine rank."""
+    import os
+    import time
+    a_ranks, b_ranks, late = STALL[hvd.size()]
+    os.environ["TF_RING_STALL_CHECK_TIME_SECONDS"] = "0.2"
+    try:
+        restart(sets)
+        b = next(ps for ps in sets if ps.ranks == b_ranks)
+        coordinator = b.ranks[0]
+        if hvd.rank() == coordinator:
+            thread = threading.Thread(target=lambda: hvd.allreduce(
+                tf.ones(1), process_set=b, name="stall.warned"), daemon=True)
+            thread.start()
+            expected = ("process set %d (ranks %s): stall: tensor 'stall.warned'"
+                        % (b.process_set_id, ", ".join(map(str, b.ranks))))
+            seen, deadline = "", time.monotonic() + 30
+            while expected not in seen and time.monotonic() < deadline:
+                time.sleep(0.05)
+                seen += capfd.readouterr().err
+            assert expected in seen, seen[-2000:]
+            assert "missing on rank(s) %d" % late in seen.split(expected)[1].split("\n")[0]
+        hvd.barrier(name="stall.warned.release")
+        if hvd.rank() == late:
+            hvd.allreduce(tf.ones(1), process_set=b, name="stall.warned")
+        if hvd.rank() == coordinator:
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+        hvd.barrier(name="stall.warned.done")  # no rank shuts down while B still runs
+    finally:
+        os.environ.pop("TF_RING_STALL_CHECK_TIME_SECONDS")
+        restart(sets)
