@@ -103,7 +103,10 @@ global_process_set.process_set_id = 0
 
 
 def _engine_ranks(process_set_id):
-    out = (ctypes.c_int * 4096)()
+    n = C_API.tf_ring_process_set_ranks(process_set_id, None, 0)  # how many, first
+    if n < 0:
+        return None
+    out = (ctypes.c_int * max(n, 1))()
     n = C_API.tf_ring_process_set_ranks(process_set_id, out, len(out))
     return None if n < 0 else [int(out[i]) for i in range(min(n, len(out)))]
 
@@ -156,8 +159,9 @@ def process_set_by_id(process_set_id):
 
 def process_sets():
     """Every registered process set, global_process_set first, by id."""
-    ids = (ctypes.c_int32 * 4096)()
-    n = C_API.tf_ring_process_set_ids(ids, len(ids))
+    count = C_API.tf_ring_process_set_ids(None, 0)
+    ids = (ctypes.c_int32 * max(count, 1))()
+    n = min(C_API.tf_ring_process_set_ids(ids, len(ids)), len(ids))
     return [global_process_set] + [process_set_by_id(int(ids[i])) for i in range(n)]
 
 
