@@ -61,15 +61,25 @@ std::vector<int32_t> ProcessSetTable::Ids() {
 Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_rank, MPI_Comm world,
                             size_t cache_capacity, double stall_check_seconds,
                             std::vector<int32_t>* ids) {
-  std::vector<std::shared_ptr<ProcessSet>> made;
-  for (const auto& ranks : sets) {
-    std::lock_guard<std::mutex> lock(mu_);
+  // All or nothing: every rank reaches the same verdict before any set exists.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < sets.size(); ++i) {
     for (auto& kv : sets_) {
-      if (kv.second->ranks() == ranks) {
+      if (kv.second->ranks() == sets[i]) {
         return Status::InvalidArgument("process set " + kv.second->Describe() +
                                        " is already registered; register each set of ranks once.");
       }
     }
+    for (size_t j = 0; j < i; ++j) {
+      if (sets[j] == sets[i]) {
+        std::string ranks;
+        for (size_t k = 0; k < sets[i].size(); ++k) ranks += (k ? ", " : "") + std::to_string(sets[i][k]);
+        return Status::InvalidArgument("the process set of ranks " + ranks +
+                                       " appears twice in the sets to register; list each set once.");
+      }
+    }
+  }
+  for (const auto& ranks : sets) {
     auto set = std::make_shared<ProcessSet>(next_id_, ranks, my_rank);
     if (set->included()) {
       Status s = set->Connect(world, cache_capacity, stall_check_seconds);

@@ -372,6 +372,9 @@ def test_init_errors_out_of_range_and_ranks_that_disagree(sets):
     try:
         with pytest.raises(ValueError, match="rank %d is out of range" % size):
             restart([hvd.ProcessSet([0, size])])
+        with pytest.raises(ValueError, match="set of ranks 0, 1 appears twice"):
+            restart([hvd.ProcessSet([2 % size]), hvd.ProcessSet([0, 1]), hvd.ProcessSet([1, 0])])
+        assert hvd.process_sets() == [hvd.global_process_set]  # all or nothing
         # Rank 0 passes one list, the others another: every rank fails alike.
         theirs = [hvd.ProcessSet([0])] if rank == 0 else [hvd.ProcessSet([1])]
         with pytest.raises(ValueError, match="do not match across ranks") as info:
