@@ -7,7 +7,8 @@ import subprocess
 from conftest import REPO
 
 SOURCES = ["tests/cc/engine_unit_test.cc", "cc/common/message.cc", "cc/common/coordinator.cc",
-           "cc/common/dtype.cc", "cc/common/hierarchical_choice.cc"]
+           "cc/common/dtype.cc", "cc/common/hierarchical_choice.cc",
+           "cc/common/process_set_change.cc"]
 
 
 def test_engine_unit(tmp_path):

@@ -31,6 +31,8 @@ _API = {
     "tf_ring.objects": ["allgather_object", "broadcast_object", "broadcast_object_fn"],
     "tf_ring.tape": ["DistributedGradientTape", "PartialDistributedGradientTape"],
     "tf_ring.variables": ["broadcast_", "broadcast_global_variables", "broadcast_variables"],
+    "tf_ring.process_set": ["ProcessSet", "add_process_set", "global_process_set",
+                             "process_set_by_id", "process_sets", "remove_process_set"],
     "tf_ring.runtime_ops": ["barrier", "local_rank_op", "local_size_op", "process_set_included_op",
                             "rank_op", "size_op"],
 }

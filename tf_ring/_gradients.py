@@ -3,6 +3,12 @@ import tensorflow as tf
 
 from tf_ring import ops as _ops
 from tf_ring.basics import rank
+from tf_ring.process_set import process_set_by_id
+
+
+def _process_set(op):
+    """The process set of a forward op: its gradient runs on the same set."""
+    return process_set_by_id(op.get_attr("process_set_id"))
 
 
 @tf.RegisterGradient("TfRingAllreduce")
@@ -13,17 +19,19 @@ def _allreduce_grad(op, grad):
                                   "gradients with Adasum instead of differentiating through it")
     return _ops.allreduce(grad, op=op.get_attr("reduce_op"),
                           prescale_factor=op.get_attr("prescale_factor"),
-                          postscale_factor=op.get_attr("postscale_factor"))
+                          postscale_factor=op.get_attr("postscale_factor"),
+                          process_set=_process_set(op))
 
 
 @tf.RegisterGradient("TfRingAllgather")
 def _allgather_grad(op, grad):
     # Average the gradient over ranks, then keep this rank's rows.
-    grad = _ops.allreduce(grad, op=_ops.Average)
+    process_set = _process_set(op)
+    grad = _ops.allreduce(grad, op=_ops.Average, process_set=process_set)
     x = op.inputs[0]
     rows = tf.shape(x, out_type=tf.int64)[:1]
-    all_rows = _ops.allgather(rows)
-    begin = tf.reduce_sum(all_rows[:rank()])
+    all_rows = _ops.allgather(rows, process_set=process_set)
+    begin = tf.reduce_sum(all_rows[:process_set.rank()])
     return tf.slice(grad, tf.concat([[begin], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0),
                     tf.shape(x, out_type=tf.int64))
 
@@ -31,7 +39,7 @@ def _allgather_grad(op, grad):
 @tf.RegisterGradient("TfRingBroadcast")
 def _broadcast_grad(op, grad):
     # Only the root's input influenced the output; it gets the averaged gradient.
-    reduced = _ops.allreduce(grad, op=_ops.Average)
+    reduced = _ops.allreduce(grad, op=_ops.Average, process_set=_process_set(op))
     if rank() != op.get_attr("root_rank"):
         return reduced * 0
     return reduced
@@ -44,14 +52,15 @@ def _grouped_allreduce_grad(op, *grads):
     grads = [tf.zeros_like(x) if g is None else g for g, x in zip(grads, op.inputs)]
     return grouped_allreduce(grads, op=op.get_attr("reduce_op"),
                              prescale_factor=op.get_attr("prescale_factor"),
-                             postscale_factor=op.get_attr("postscale_factor"))
+                             postscale_factor=op.get_attr("postscale_factor"),
+                             process_set=_process_set(op))
 
 
 @tf.RegisterGradient("TfRingAlltoall")
 def _alltoall_grad(op, grad, _received_splits_grad):
     # Send every received row's gradient back to the rank it came from.
     from tf_ring.exchange import alltoall
-    returned, _ = alltoall(grad, splits=op.outputs[1])
+    returned, _ = alltoall(grad, splits=op.outputs[1], process_set=_process_set(op))
     return [returned, None]
 
 
@@ -64,11 +73,11 @@ def _reducescatter_grad(op, grad):
     if reduce_op not in (_ops.Sum, _ops.Average):
         raise NotImplementedError("the gradient of reducescatter is defined for Sum and Average "
                                   "only, not %s" % _ops._REDUCE_OP_NAMES[reduce_op])
-    from tf_ring.basics import size
+    process_set = _process_set(op)
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if reduce_op == _ops.Sum:
-        factor *= size()
-    gathered = _ops.allgather(grad)
+        factor *= process_set.size()
+    gathered = _ops.allgather(grad, process_set=process_set)
     if factor == 1.0:
         return gathered
     if gathered.dtype.is_floating:
@@ -82,10 +91,12 @@ def _grouped_allgather_grad(op, *grads):
     # averaged gradients, then every rank's row counts to find this rank's rows.
     from tf_ring.grouped import grouped_allgather, grouped_allreduce
     grads = [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]
-    reduced = grouped_allreduce(grads, op=_ops.Average)
+    process_set = _process_set(op)
+    reduced = grouped_allreduce(grads, op=_ops.Average, process_set=process_set)
     rows = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in op.inputs])
-    all_rows = tf.reshape(grouped_allgather([rows])[0], [-1, len(op.inputs)])
-    begins = tf.reduce_sum(all_rows[:rank()], axis=0)
+    all_rows = tf.reshape(grouped_allgather([rows], process_set=process_set)[0],
+                          [-1, len(op.inputs)])
+    begins = tf.reduce_sum(all_rows[:process_set.rank()], axis=0)
     out = []
     for i, (grad, x) in enumerate(zip(reduced, op.inputs)):
         begin = tf.concat([begins[i:i + 1], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0)
@@ -100,13 +111,13 @@ def _grouped_reducescatter_grad(op, *grads):
     if reduce_op not in (_ops.Sum, _ops.Average):
         raise NotImplementedError("the gradient of grouped_reducescatter is defined for Sum and "
                                   "Average only, not %s" % _ops._REDUCE_OP_NAMES[reduce_op])
-    from tf_ring.basics import size
     from tf_ring.grouped import grouped_allgather
+    process_set = _process_set(op)
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if reduce_op == _ops.Sum:
-        factor *= size()
+        factor *= process_set.size()
     grads = [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]
-    gathered = grouped_allgather(grads)
+    gathered = grouped_allgather(grads, process_set=process_set)
     if factor == 1.0:
         return gathered
     return [g * tf.cast(factor, g.dtype) if g.dtype.is_floating

@@ -30,13 +30,17 @@ def _comm_handle(comm):
     return ctypes.cast(ctypes.pointer(handle), ctypes.c_void_p), (comm, handle)
 
 
-def init(comm=None):
+def init(comm=None, process_sets=None):
     """Starts the engine on this process. Safe to call again (a no-op).
 
     comm: optional mpi4py communicator (or list of world ranks) to run on;
     default MPI_COMM_WORLD. Works whether or not mpi4py initialized MPI.
+    process_sets: ProcessSet objects to register (ids 1, 2, ... in this
+    order; every rank passes the same list), or "dynamic" to allow
+    add_process_set/remove_process_set (see README, "Process sets").
     """
     global _atexit_registered
+    was_running = is_initialized()
     pointer, _keepalive = _comm_handle(comm)
     error = ctypes.create_string_buffer(1024)
     if C_API.tf_ring_init(pointer, error, len(error)) != 0:
@@ -45,6 +49,12 @@ def init(comm=None):
         # Stop the engine thread before MPI is finalized at interpreter exit.
         atexit.register(C_API.tf_ring_finalize_mpi)
         _atexit_registered = True
+    if not was_running:
+        from tf_ring.process_set import _on_init
+        _on_init(process_sets)
+    elif process_sets is not None:
+        raise ValueError("tf_ring.init(process_sets=...): the engine is already running; call "
+                         "shutdown() first, or add sets with add_process_set().")
     topology = _topology()
     get_logger().info("initialized: rank %d of %d (local rank %d of %d)", *topology[:4])
 
@@ -148,8 +158,12 @@ STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_bat
               "bytes", "hierarchical_batches")
 
 
-def stats():
-    """Engine counters since init() (see README, 'Stats')."""
+def stats(process_set=None):
+    """Engine counters since init() (see README, 'Stats'): those of the
+    global set, or of `process_set` when given."""
+    if process_set is not None:
+        from tf_ring.process_set import process_set_stats
+        return process_set_stats(process_set)
     values = (ctypes.c_int64 * len(STAT_NAMES))()
     count = C_API.tf_ring_stats(values, len(values))
     return {name: int(values[i]) for i, name in enumerate(STAT_NAMES[:count])}

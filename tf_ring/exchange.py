@@ -2,11 +2,12 @@
 import tensorflow as tf
 
 from tf_ring._library import OPS
+from tf_ring.process_set import global_process_set, process_set_id_of
 from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, _as_tensor, _auto_name,
                          _check_dtype, _compressor, _resolve_op)
 
 
-def alltoall(tensor, splits=None, name=None, ignore_name_scope=False):
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Sends splits[j] rows of `tensor` to rank j and receives rows from every rank.
 
     With `splits`, returns (received, received_splits): the received rows
@@ -15,27 +16,33 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False):
     dimension must divide by the number of ranks (InvalidArgumentError
     otherwise), every rank gets the same number of rows, and only the received
     tensor is returned, as in Horovod. ignore_name_scope does nothing.
+    process_set: exchange among that set's ranks (splits has one entry per member).
     """
+    set_id = process_set_id_of(process_set, "alltoall")
     tensor = _as_tensor(tensor, "alltoall", name)
     _check_dtype("alltoall", tensor, MOVE_DTYPES, name)
     if splits is None:
         received, _ = OPS.tf_ring_alltoall(tensor, tf.zeros([0], tf.int32),
-                                           tensor_name=_auto_name("alltoall", tensor, name))
+                                           tensor_name=_auto_name("alltoall", tensor, name),
+                                           process_set_id=set_id)
         return received
     splits = tf.reshape(tf.cast(splits, tf.int32), [-1])
-    return OPS.tf_ring_alltoall(tensor, splits, tensor_name=_auto_name("alltoall", tensor, name))
+    return OPS.tf_ring_alltoall(tensor, splits, tensor_name=_auto_name("alltoall", tensor, name),
+                                process_set_id=set_id)
 
 
 def reducescatter(tensor, device_dense="", compression=None, op=Average, name=None,
-                  ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0):
+                  ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=global_process_set):
     """Reduces `tensor` (same shape on every rank) and returns this rank's rows.
 
     The first dimension is split as evenly as possible; the first
     `rows % size` ranks get one extra row, so it need not divide evenly.
     device_dense and ignore_name_scope are accepted for Horovod code and do
-    nothing on this build.
+    nothing on this build. process_set: reduce and split among that set's ranks.
     """
     op = _resolve_op("reducescatter", op, None)
+    set_id = process_set_id_of(process_set, "reducescatter")
     if op == Adasum:
         raise NotImplementedError("tf_ring.reducescatter: Adasum is a reduce op for allreduce "
                                   "only.")
@@ -45,5 +52,6 @@ def reducescatter(tensor, device_dense="", compression=None, op=Average, name=No
     compressed, ctx = compression.compress(tensor)
     reduced = OPS.tf_ring_reducescatter(
         compressed, reduce_op=op, prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, tensor_name=_auto_name("reducescatter", tensor, name))
+        postscale_factor=postscale_factor, tensor_name=_auto_name("reducescatter", tensor, name),
+        process_set_id=set_id)
     return compression.decompress(reduced, ctx)

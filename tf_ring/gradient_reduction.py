@@ -5,10 +5,10 @@ import warnings
 
 import tensorflow as tf
 
-from tf_ring.basics import size
 from tf_ring.compression import Compression
 from tf_ring.grouped import grouped_allreduce
 from tf_ring.ops import Average
+from tf_ring.process_set import global_process_set
 
 
 def _split_into_groups(items, num_groups):
@@ -67,8 +67,8 @@ def predivide_scales(op, gradient_predivide_factor):
 
 def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_as_dense=False,
                         num_groups=0, name=None, groups=None, variables=None,
-                        prescale_factor=1.0, postscale_factor=1.0):
-    """Returns `grads` reduced over ranks, None entries passed through.
+                        prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Returns `grads` reduced over the ranks of `process_set`, None entries passed through.
 
     Dense gradients go through grouped_allreduce: `groups` (or num_groups)
     nearly equal groups, groups given as lists of `variables`, or one group.
@@ -87,7 +87,8 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_
             if not sparse_as_dense:
                 results[i] = grouped_allreduce(
                     [grad], op=op, compression=compression,
-                    name="%s.sparse%d" % (name, i) if eager and name else None)[0]
+                    name="%s.sparse%d" % (name, i) if eager and name else None,
+                    process_set=process_set)[0]
                 continue
             grad = tf.convert_to_tensor(grad)
         dense.append((i, grad))
@@ -104,20 +105,23 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_
         reduced = grouped_allreduce([grad for _, grad in group], op=op, compression=compression,
                                     prescale_factor=prescale_factor,
                                     postscale_factor=postscale_factor,
-                                    name="%s.group%d" % (name, g) if eager and name else None)
+                                    name="%s.group%d" % (name, g) if eager and name else None,
+                                    process_set=process_set)
         for (i, _), out in zip(group, reduced):
             results[i] = out
     return results
 
 
-def scale_local_gradient(grad):
-    """Horovod's scale_local_gradients: a local gradient divided by the size."""
+def scale_local_gradient(grad, process_set=global_process_set):
+    """Horovod's scale_local_gradients: a local gradient divided by the
+    size (of the process set the others are reduced over)."""
     if grad is None:
         return None
+    n = process_set.size()
     if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values / tf.cast(size(), grad.values.dtype), grad.indices,
+        return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices,
                                 grad.dense_shape)
-    return grad / tf.cast(size(), grad.dtype)
+    return grad / tf.cast(n, grad.dtype)
 
 
 def reduce_except_local(grads, sources, local_keys, scale_local_gradients, **reduce_kwargs):
@@ -134,7 +138,8 @@ def reduce_except_local(grads, sources, local_keys, scale_local_gradients, **red
     if scale_local_gradients and local_keys:
         for i, source in enumerate(sources):
             if variable_key(source) in local_keys:
-                results[i] = scale_local_gradient(grads[i])
+                results[i] = scale_local_gradient(
+                    grads[i], reduce_kwargs.get("process_set", global_process_set))
     return results
 
 

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from tf_ring._library import OPS
 from tf_ring.compression import Compression
+from tf_ring.process_set import global_process_set, process_set_id_of
 from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, _as_tensor, _check_adasum,
                          _check_dtype, _normalize_name, _resolve_op)
 
@@ -18,7 +19,8 @@ def _group_name(name, what="grouped_allreduce"):
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, ignore_name_scope=False, name=None):
+                      postscale_factor=1.0, ignore_name_scope=False, name=None,
+                      process_set=global_process_set):
     """Reduces every tensor of `tensors` over all ranks; returns a list in the same order.
 
     All dense tensors enter the engine together, so they are negotiated in the
@@ -28,6 +30,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     (a tf_ring addition) names the group.
     """
     op = _resolve_op("grouped_allreduce", op, average)
+    set_id = process_set_id_of(process_set, "grouped_allreduce")
     compression = compression or Compression.none
     tensors = list(tensors)
     group = _group_name(name)
@@ -39,7 +42,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
             results[i] = allreduce_indexed_slices(
                 tensor, op=op, name=group and "%s.sparse%d" % (group, i),
                 prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                compression=compression)
+                compression=compression, process_set=process_set)
             continue
         tensor = _as_tensor(tensor, "grouped_allreduce", name)
         _check_dtype("grouped_allreduce", tensor, REDUCE_DTYPES, name)
@@ -52,30 +55,34 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     if dense:
         reduced = OPS.tf_ring_grouped_allreduce(
             dense, reduce_op=op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor, tensor_name=group)
+            postscale_factor=postscale_factor, tensor_name=group, process_set_id=set_id)
         for i, out, ctx in zip(dense_positions, reduced, contexts):
             results[i] = compression.decompress(out, ctx)
     return results
 
 
-def grouped_allgather(tensors, name=None, ignore_name_scope=False):
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=global_process_set):
     """Allgathers every tensor of `tensors` (see tf_ring.allgather) in one
     negotiation; returns a list in the same order. ignore_name_scope does nothing."""
+    set_id = process_set_id_of(process_set, "grouped_allgather")
     tensors = [_as_tensor(t, "grouped_allgather", name) for t in tensors]
     for t in tensors:
         _check_dtype("grouped_allgather", t, MOVE_DTYPES, name)
     if not tensors:
         return []
     return list(OPS.tf_ring_grouped_allgather(
-        tensors, tensor_name=_group_name(name, "grouped_allgather")))
+        tensors, tensor_name=_group_name(name, "grouped_allgather"), process_set_id=set_id))
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
-                          prescale_factor=1.0, postscale_factor=1.0, name=None):
+                          prescale_factor=1.0, postscale_factor=1.0, name=None,
+                          process_set=global_process_set):
     """Reducescatters every tensor of `tensors` (see tf_ring.reducescatter) in
     one negotiation; returns a list in the same order. device_dense does
     nothing on this build; `name` (a tf_ring addition) names the group."""
     op = _resolve_op("grouped_reducescatter", op, None)
+    set_id = process_set_id_of(process_set, "grouped_reducescatter")
     if op == Adasum:
         raise NotImplementedError("tf_ring.grouped_reducescatter: Adasum is a reduce op for "
                                   "allreduce only.")
@@ -92,5 +99,5 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     reduced = OPS.tf_ring_grouped_reducescatter(
         compressed, reduce_op=op, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor,
-        tensor_name=_group_name(name, "grouped_reducescatter"))
+        tensor_name=_group_name(name, "grouped_reducescatter"), process_set_id=set_id)
     return [compression.decompress(out, ctx) for out, ctx in zip(reduced, contexts)]

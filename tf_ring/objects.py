@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from tf_ring.basics import rank
 from tf_ring.ops import allgather, broadcast
+from tf_ring.process_set import global_process_set
 
 try:
     import cloudpickle as _pickler
@@ -38,32 +39,36 @@ def _run_eagerly(fn):
             return session.run(outputs)
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """Returns root_rank's `obj` on every rank (the root gets its own object back)."""
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns root_rank's `obj` on every rank (the root gets its own object
+    back); with `process_set`, on that set's ranks (root_rank a global rank)."""
     name = name or "broadcast_object"
     is_root = rank() == root_rank
     payload = _to_bytes(obj) if is_root else None
 
     length = _run_eagerly(lambda: broadcast(
-        tf.constant([payload.size if is_root else 0], tf.int64), root_rank, name=name + ".length"))
+        tf.constant([payload.size if is_root else 0], tf.int64), root_rank, name=name + ".length",
+        process_set=process_set))
     received = _run_eagerly(lambda: broadcast(
         tf.constant(payload if is_root else np.zeros(int(length[0]), np.uint8)), root_rank,
-        name=name + ".data"))
+        name=name + ".data", process_set=process_set))
     return obj if is_root else _from_bytes(received)
 
 
-def allgather_object(obj, name=None):
-    """Returns a list with every rank's `obj`, in rank order."""
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns a list with every rank's `obj`, in rank order (of the ranks of
+    `process_set`, when given)."""
     name = name or "allgather_object"
     payload = _to_bytes(obj)
     lengths = _run_eagerly(lambda: allgather(tf.constant([payload.size], tf.int64),
-                                             name=name + ".lengths"))
-    data = _run_eagerly(lambda: allgather(tf.constant(payload), name=name + ".data"))
+                                             name=name + ".lengths", process_set=process_set))
+    data = _run_eagerly(lambda: allgather(tf.constant(payload), name=name + ".data",
+                                          process_set=process_set))
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     return [_from_bytes(data[offsets[r]:offsets[r + 1]]) for r in range(len(lengths))]
 
 
-def broadcast_object_fn(root_rank=0, session=None, name=None):
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
     """Returns a function `bcast(obj)` that returns root_rank's `obj` on every
     rank, for broadcasting objects repeatedly (e.g. once per epoch).
 
@@ -75,6 +80,6 @@ def broadcast_object_fn(root_rank=0, session=None, name=None):
     name = name or "broadcast_object_fn"
 
     def bcast(obj):
-        return broadcast_object(obj, root_rank=root_rank, name=name)
+        return broadcast_object(obj, root_rank=root_rank, name=name, process_set=process_set)
 
     return bcast

@@ -4,6 +4,7 @@ import re
 import tensorflow as tf
 
 from tf_ring._library import OPS
+from tf_ring.process_set import global_process_set, process_set_id_of
 
 # Reduce ops; values match the engine's wire format.
 Sum = 0
@@ -96,7 +97,8 @@ def _compressor(compression):
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, name=None, ignore_name_scope=False):
+              prescale_factor=1.0, postscale_factor=1.0, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
     """Reduces `tensor` over all ranks with `op` (default Average).
 
     op=Adasum combines the ranks' tensors with adaptive summation (see
@@ -108,12 +110,15 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     device_dense, device_sparse (this build runs collectives on the CPU) and
     ignore_name_scope (tf_ring never prefixes names with the name scope) do
     nothing. tf.IndexedSlices are reduced by allgather (Sum or Average only).
+    process_set: reduce among that set's ranks only (Average divides by its size).
     """
     op = _resolve_op("allreduce", op, average)
+    set_id = process_set_id_of(process_set, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
         from tf_ring.sparse import allreduce_indexed_slices
         return allreduce_indexed_slices(tensor, op=op, name=name, prescale_factor=prescale_factor,
-                                        postscale_factor=postscale_factor, compression=compression)
+                                        postscale_factor=postscale_factor, compression=compression,
+                                        process_set=process_set)
     tensor = _as_tensor(tensor, "allreduce", name)
     _check_dtype("allreduce", tensor, REDUCE_DTYPES, name)
     if op == Adasum:
@@ -122,24 +127,35 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     compressed, ctx = compression.compress(tensor)
     reduced = OPS.tf_ring_allreduce(
         compressed, reduce_op=op, prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, tensor_name=_auto_name("allreduce", tensor, name))
+        postscale_factor=postscale_factor, tensor_name=_auto_name("allreduce", tensor, name),
+        process_set_id=set_id)
     return compression.decompress(reduced, ctx)
 
 
-def allgather(tensor, name=None, ignore_name_scope=False):
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates `tensor` from every rank along dimension 0, in rank order.
 
     The first dimension may differ between ranks; the others must match.
     ignore_name_scope is accepted for Horovod code and does nothing.
+    process_set: gather from that set's ranks only, in their rank order.
     """
+    set_id = process_set_id_of(process_set, "allgather")
     tensor = _as_tensor(tensor, "allgather", name)
     _check_dtype("allgather", tensor, MOVE_DTYPES, name)
-    return OPS.tf_ring_allgather(tensor, tensor_name=_auto_name("allgather", tensor, name))
+    return OPS.tf_ring_allgather(tensor, tensor_name=_auto_name("allgather", tensor, name),
+                                 process_set_id=set_id)
 
 
-def broadcast(tensor, root_rank, name=None, ignore_name_scope=False):
-    """Returns root_rank's `tensor` on every rank (ignore_name_scope does nothing)."""
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
+    """Returns root_rank's `tensor` on every rank (ignore_name_scope does nothing).
+
+    process_set: broadcast among that set's ranks; root_rank is still a
+    global rank, and must be one of the set's.
+    """
+    set_id = process_set_id_of(process_set, "broadcast")
     tensor = _as_tensor(tensor, "broadcast", name)
     _check_dtype("broadcast", tensor, MOVE_DTYPES, name)
     return OPS.tf_ring_broadcast(tensor, root_rank=int(root_rank),
-                                 tensor_name=_auto_name("broadcast", tensor, name))
+                                 tensor_name=_auto_name("broadcast", tensor, name),
+                                 process_set_id=set_id)

@@ -5,6 +5,7 @@ from tf_ring.compression import Compression
 from tf_ring.gradient_reduction import (predivide_scales, reduce_except_local, resolve_groups,
                                         variable_key)
 from tf_ring.ops import Average
+from tf_ring.process_set import global_process_set, process_set_id_of
 
 
 class DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
@@ -15,13 +16,16 @@ class DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
     accepted and ignored (CPU build); backward_passes_per_step must be 1, so
     average_aggregated_gradients has nothing to act on. Variables registered
     with register_local_var keep their local gradient (divided by size() when
-    scale_local_gradients).
+    scale_local_gradients). process_set: reduce over that set's ranks only.
     """
 
     def __init__(self, optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
                  compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 num_groups=0, groups=None, scale_local_gradients=True):
+                 num_groups=0, groups=None, scale_local_gradients=True,
+                 process_set=global_process_set):
+        process_set_id_of(process_set, "DistributedOptimizer")  # registered, or a clear error
+        self._process_set = process_set
         del device_dense, device_sparse, average_aggregated_gradients
         if backward_passes_per_step != 1:
             raise ValueError("tf_ring.DistributedOptimizer for v1 optimizers supports only "
@@ -53,7 +57,7 @@ class DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
             grads, variables, self._local_keys, self._scale_local_gradients, op=self._op,
             compression=self._compression, sparse_as_dense=self._sparse_as_dense,
             groups=self._groups, name=self.get_name(), prescale_factor=self._prescale,
-            postscale_factor=self._postscale)
+            postscale_factor=self._postscale, process_set=self._process_set)
         return list(zip(reduced, variables))
 
     def apply_gradients(self, *args, **kwargs):

@@ -5,13 +5,7 @@ import tensorflow as tf
 
 from tf_ring._library import OPS
 from tf_ring.ops import _normalize_name
-
-
-def _check_process_set(what, process_set_id):
-    # This build has only the global process set, whose id is 0.
-    if process_set_id != 0:
-        raise ValueError("tf_ring.%s: process set %r does not exist; this build has only the "
-                         "global process set (process_set_id=0)." % (what, process_set_id))
+from tf_ring.process_set import global_process_set, process_set_id_of
 
 
 def rank_op(name=None):
@@ -25,9 +19,9 @@ def local_rank_op(name=None):
 
 
 def size_op(process_set_id=0, name=None):
-    """The number of ranks as an int32 scalar tensor, read when the op runs."""
-    _check_process_set("size_op", process_set_id)
-    return OPS.tf_ring_topology(which="size", name=name)
+    """The number of ranks (of process set `process_set_id`) as an int32
+    scalar tensor, read when the op runs."""
+    return OPS.tf_ring_topology(which="size", process_set_id=int(process_set_id), name=name)
 
 
 def local_size_op(name=None):
@@ -36,21 +30,22 @@ def local_size_op(name=None):
 
 
 def process_set_included_op(process_set_id=0, name=None):
-    """1 (int32) when this rank belongs to the process set: always, for the
-    global set (id 0), the only one in this build; read when the op runs."""
-    _check_process_set("process_set_included_op", process_set_id)
-    with tf.name_scope(name or "process_set_included"):
-        return tf.cast(OPS.tf_ring_topology(which="size") > 0, tf.int32)
+    """1 (int32) when this rank belongs to process set `process_set_id`, else
+    0; read when the op runs (InvalidArgumentError for an unknown set)."""
+    return OPS.tf_ring_topology(which="process_set_included", process_set_id=int(process_set_id),
+                                name=name)
 
 
-def barrier(name=None):
+def barrier(name=None, process_set=global_process_set):
     """Blocks until every rank has called barrier(); in a graph, returns the op to run.
 
     Unnamed eager barriers share one name and so run one at a time; in a
-    graph the node name identifies the barrier on every rank.
+    graph the node name identifies the barrier on every rank. process_set:
+    wait for that set's ranks only.
     """
+    set_id = process_set_id_of(process_set, "barrier")
     if name:
         tensor_name = _normalize_name(name)
     else:
         tensor_name = "barrier.eager" if tf.executing_eagerly() else ""
-    return OPS.tf_ring_barrier(tensor_name=tensor_name)
+    return OPS.tf_ring_barrier(tensor_name=tensor_name, process_set_id=set_id)

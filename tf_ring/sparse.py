@@ -7,12 +7,11 @@ TensorFlow's true division as in Horovod: integer values give a float result.
 """
 import tensorflow as tf
 
-from tf_ring.basics import size
 from tf_ring.ops import _REDUCE_OP_NAMES, Average, Sum, allgather
 
 
 def allreduce_indexed_slices(slices, op=Average, name=None, prescale_factor=1.0,
-                             postscale_factor=1.0, compression=None):
+                             postscale_factor=1.0, compression=None, process_set=None):
     what = "tf_ring.allreduce of tf.IndexedSlices '%s'" % (name or "unnamed")
     if op not in (Sum, Average):
         raise NotImplementedError(
@@ -27,10 +26,11 @@ def allreduce_indexed_slices(slices, op=Average, name=None, prescale_factor=1.0,
     ctx = None
     if compression is not None:
         values, ctx = compression.compress(values)
-    values = allgather(values, name=name and name + ".values")
-    indices = allgather(slices.indices, name=name and name + ".indices")
+    values = allgather(values, name=name and name + ".values", process_set=process_set)
+    indices = allgather(slices.indices, name=name and name + ".indices", process_set=process_set)
     if compression is not None:
         values = compression.decompress(values, ctx)
     if op == Average:
-        values = values / tf.cast(size(), values.dtype)
+        from tf_ring.process_set import global_process_set
+        values = values / tf.cast((process_set or global_process_set).size(), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)

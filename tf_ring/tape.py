@@ -6,6 +6,7 @@ from tf_ring.compression import Compression
 from tf_ring.gradient_reduction import (predivide_scales, reduce_except_local, resolve_groups,
                                         variable_key)
 from tf_ring.ops import Average
+from tf_ring.process_set import global_process_set, process_set_id_of
 
 
 class DistributedGradientTape:
@@ -27,12 +28,14 @@ class DistributedGradientTape:
     are reduced together (num_groups is its deprecated spelling). Sources
     registered with register_local_source keep their local gradient, divided
     by size() when scale_local_gradients. device_dense and device_sparse are
-    accepted and ignored (CPU build).
+    accepted and ignored (CPU build). process_set: reduce over that set's
+    ranks only (Average divides by its size).
     """
 
     def __init__(self, tape, device_dense="", device_sparse="", compression=Compression.none,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                 groups=None, scale_local_gradients=True, name="DistributedGradientTape"):
+                 groups=None, scale_local_gradients=True, name="DistributedGradientTape",
+                 process_set=global_process_set):
         del device_dense, device_sparse  # CPU build
         if not isinstance(tape, tf.GradientTape):
             raise TypeError("DistributedGradientTape wraps a tf.GradientTape, got %r"
@@ -41,6 +44,8 @@ class DistributedGradientTape:
             raise ValueError("DistributedGradientTape: gradient_predivide_factor needs "
                              "op=tf_ring.Average (it splits the average's division), got op=%r"
                              % (op,))
+        process_set_id_of(process_set, "DistributedGradientTape")  # registered, or a clear error
+        self._process_set = process_set
         self._tape = tape
         self._op = op
         self._compression = compression
@@ -75,7 +80,8 @@ class DistributedGradientTape:
             tf.nest.flatten(grads), tf.nest.flatten(sources), self._local_keys,
             self._scale_local_gradients, op=self._op, compression=self._compression,
             sparse_as_dense=self._sparse_as_dense, groups=self._groups, name=self._name,
-            prescale_factor=self._prescale, postscale_factor=self._postscale)
+            prescale_factor=self._prescale, postscale_factor=self._postscale,
+            process_set=self._process_set)
         return tf.nest.pack_sequence_as(grads, reduced)
 
 
@@ -96,14 +102,15 @@ def local_layer_variables(local_layers, what):
 def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa: N802
                                    compression=Compression.none, sparse_as_dense=False,
                                    op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                                   groups=None, local_layers=None, scale_local_gradients=True):
+                                   groups=None, local_layers=None, scale_local_gradients=True,
+                                   process_set=global_process_set):
     """A DistributedGradientTape whose `local_layers` (Keras layers) keep their
     own gradients: their trainable variables are registered as local sources,
     so model-parallel parts (an embedding on one rank, experts) train locally
     while the rest is averaged. Build the layers before wrapping the tape."""
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
                                    sparse_as_dense, op, gradient_predivide_factor, num_groups,
-                                   groups, scale_local_gradients)
+                                   groups, scale_local_gradients, process_set=process_set)
     for var in local_layer_variables(local_layers, "PartialDistributedGradientTape"):
         tape.register_local_source(var)
     return tape

@@ -3,10 +3,12 @@ broadcast_ (in place, returning the new values) and broadcast_global_variables."
 import tensorflow as tf
 
 from tf_ring.ops import broadcast
+from tf_ring.process_set import global_process_set
 
 
-def broadcast_variables(variables, root_rank):
-    """Assigns root_rank's value to every variable in `variables`.
+def broadcast_variables(variables, root_rank, process_set=global_process_set):
+    """Assigns root_rank's value to every variable in `variables` (on the
+    ranks of `process_set`; root_rank is a global rank in it).
 
     Eagerly the assignment happens now and None is returned; in a graph
     (tf.function or tf.compat.v1) the grouped assign op is returned.
@@ -14,13 +16,14 @@ def broadcast_variables(variables, root_rank):
     variables = list(variables)
     if tf.executing_eagerly():
         for var in variables:
-            var.assign(broadcast(tf.convert_to_tensor(var), root_rank))
+            var.assign(broadcast(tf.convert_to_tensor(var), root_rank, process_set=process_set))
         return None
-    return tf.group(*[var.assign(broadcast(tf.convert_to_tensor(var), root_rank))
+    return tf.group(*[var.assign(broadcast(tf.convert_to_tensor(var), root_rank,
+                                           process_set=process_set))
                       for var in variables])
 
 
-def broadcast_(variables, root_rank, name=None):
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Broadcasts root_rank's values into `variables` in place and returns
     their new values (a list of tensors, in the order given).
 
@@ -37,7 +40,7 @@ def broadcast_(variables, root_rank, name=None):
         return "%s.%d" % (prefix, index) if prefix else None
 
     assigns = [var.assign(broadcast(tf.convert_to_tensor(var), root_rank,
-                                    name=collective_name(index)))
+                                    name=collective_name(index), process_set=process_set))
                for index, var in enumerate(variables)]
     if tf.executing_eagerly():
         return [var.read_value() for var in variables]

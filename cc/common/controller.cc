@@ -261,9 +261,12 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
 void Controller::InspectStalls(ResponseList* out) {
   if (stall_.check_seconds <= 0 && stall_.shutdown_seconds <= 0) return;
   const auto now = Coordinator::Clock::now();
-  auto ranks = [](const std::vector<int>& v) {
+  auto ranks = [this](const std::vector<int>& v) {
     std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const int r = rank_labels_.empty() ? v[i] : rank_labels_[v[i]];
+      s += (i ? ", " : "") + std::to_string(r);
+    }
     return s;
   };
   auto describe = [&](const StalledTensor& t) {
@@ -278,7 +281,7 @@ void Controller::InspectStalls(ResponseList* out) {
       auto it = last_warned_.find(t.name);
       if (it != last_warned_.end() && now - it->second < period) continue;
       last_warned_[t.name] = now;
-      Log(LogLevel::kWarning, "stall: " + describe(t) +
+      Log(LogLevel::kWarning, scope_ + "stall: " + describe(t) +
                                   ". One or more ranks may have skipped this collective, "
                                   "be stuck, or have stopped early (see join()).");
     }

@@ -46,6 +46,12 @@ class Controller {
     proposal_settled_ = settled;
     has_proposal_ = true;
   }
+  // A process set's controller: stall reports name its ranks as engine
+  // ranks (`ranks[i]` for set rank i) and start with `scope`.
+  void DescribeRanksAs(std::vector<int> ranks, std::string scope) {
+    rank_labels_ = std::move(ranks);
+    scope_ = std::move(scope);
+  }
 
  private:
   // Rank 0 round trip for `to_send`; fills `out` with the agreed responses.
@@ -79,6 +85,8 @@ class Controller {
   bool joined_mode_ = false;
   bool has_proposal_ = false, proposal_settled_ = false;
   EngineParams proposal_;  // from the last negotiation: identical on every rank
+  std::vector<int> rank_labels_;  // empty: ranks are engine ranks
+  std::string scope_;
   // Rank 0: arrival facts of responses in flight through serialization.
   std::unordered_map<std::string, std::pair<std::vector<int>, std::vector<int>>> arrivals_;
 };

@@ -1,4 +1,5 @@
 #include "common/engine.h"
+#include "common/engine_impl.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "common/mpi_context.h"
 #include "common/mpi_types.h"
 #include "common/operation_manager.h"
+#include "common/process_set_table.h"
 #include "common/shm_segment.h"
 #include "common/tensor_queue.h"
 
@@ -37,59 +39,7 @@ double EnvDouble(const char* name, double fallback) {
 }
 }  // namespace
 
-struct Engine::Impl {
-  // Timeline: when each of this rank's tensors entered a cycle.
-  std::unordered_map<std::string, Timeline::Clock::time_point> negotiation_start;
 
-  void RecordNegotiations(const ResponseList& responses, Timeline* timeline, int64_t cycle,
-                          Timeline::Clock::time_point cycle_start) {
-    const auto agreed = Timeline::Clock::now();
-    if (!responses.responses.empty()) timeline->CycleMark(cycle, cycle_start);
-    for (const Response& resp : responses.responses) {
-      for (const std::string& name : resp.names) {
-        auto it = negotiation_start.find(name);
-        if (it == negotiation_start.end()) continue;  // a tensor this rank never held
-        Timeline::Args args;
-        args.via = resp.from_cache ? "cache" : "coordinator";
-        args.arrived = resp.arrived;
-        args.waited_for = resp.waited_for;
-        timeline->Phase(name, "NEGOTIATE", it->second, agreed, std::move(args));
-        negotiation_start.erase(it);
-      }
-    }
-  }
-
-  MpiContext mpi;
-  HostLayout hosts;
-  ShmSegment shm;
-  TensorQueue queue;
-  std::unique_ptr<Controller> controller;
-  std::unique_ptr<OperationManager> operations;
-  std::chrono::microseconds batch_window{0};
-  int64_t fusion_threshold = 0;
-  std::unique_ptr<Autotuner> tuner;  // rank 0 with autotune on
-  int64_t cycle = 0;                 // cycles run; identical on every rank
-
-  // Payload bytes of a response as all ranks see them (fusion must agree).
-  int64_t PayloadBytes(const Response& resp) {
-    int64_t total = 0;
-    const int size = mpi.size();
-    for (size_t t = 0; t < resp.names.size(); ++t) {
-      std::vector<int64_t> shape;
-      DataType dtype;
-      if (!queue.Describe(resp.names[t], &shape, &dtype)) continue;
-      int64_t elements = 1;
-      for (size_t d = resp.op == OpType::kAllgather ? 1 : 0; d < shape.size(); ++d) elements *= shape[d];
-      if (resp.op == OpType::kAllgather) {
-        int64_t rows = 0;
-        for (int r = 0; r < size; ++r) rows += resp.sizes[t * size + r];
-        elements *= rows;
-      }
-      total += elements * static_cast<int64_t>(DataTypeSize(dtype));
-    }
-    return total;
-  }
-};
 
 namespace {
 // Who stopped the engine when it stopped without an error, so that a rank
@@ -124,10 +74,11 @@ Status Engine::Init(const void* mpi_comm) {
   auto impl = std::make_unique<Impl>();
   s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
   if (!s.ok()) return s;
+  impl->cache_capacity = static_cast<size_t>(EnvDouble("TF_RING_CACHE_CAPACITY", 1024));
+  impl->stall_check_seconds = EnvDouble("TF_RING_STALL_CHECK_TIME_SECONDS", 60);
   impl->controller = std::make_unique<Controller>(
-      &impl->mpi, static_cast<size_t>(EnvDouble("TF_RING_CACHE_CAPACITY", 1024)),
-      StallConfig{EnvDouble("TF_RING_STALL_CHECK_TIME_SECONDS", 60),
-                  EnvDouble("TF_RING_STALL_SHUTDOWN_TIME_SECONDS", 0)});
+      &impl->mpi, impl->cache_capacity,
+      StallConfig{impl->stall_check_seconds, EnvDouble("TF_RING_STALL_SHUTDOWN_TIME_SECONDS", 0)});
   impl->fusion_threshold = static_cast<int64_t>(EnvDouble("TF_RING_FUSION_THRESHOLD", 64 << 20));
   const char* use_shm = std::getenv("TF_RING_SHM");
   HostCounts host_counts;
@@ -245,19 +196,32 @@ Status Engine::NotAccepting() const {
                               "; call tf_ring.init() to start a new engine before more collectives.");
 }
 
-Status Engine::Enqueue(TensorEntry entry, Request request) {
+Status Engine::Enqueue(TensorEntry entry, Request request, int32_t process_set) {
   std::lock_guard<std::mutex> lock(accept_mu_);
   if (!accepting_) {
     return NotAccepting();
+  }
+  if (process_set != 0) {
+    std::vector<TensorEntry> entries;
+    entries.push_back(std::move(entry));
+    Status s = impl_->sets.Submit(process_set, std::move(entries), {std::move(request)});
+    if (s.ok()) impl_->queue.Wake();  // the loop serves every set
+    return s;
   }
   request.rank = topology_.rank;
   return impl_->queue.Add(std::move(entry), std::move(request));
 }
 
-Status Engine::EnqueueGroup(std::vector<TensorEntry> entries, std::vector<Request> requests) {
+Status Engine::EnqueueGroup(std::vector<TensorEntry> entries, std::vector<Request> requests,
+                            int32_t process_set) {
   std::lock_guard<std::mutex> lock(accept_mu_);
   if (!accepting_) {
     return NotAccepting();
+  }
+  if (process_set != 0) {
+    Status s = impl_->sets.Submit(process_set, std::move(entries), std::move(requests));
+    if (s.ok()) impl_->queue.Wake();
+    return s;
   }
   for (auto& r : requests) r.rank = topology_.rank;
   return impl_->queue.AddGroup(std::move(entries), std::move(requests));
@@ -291,6 +255,7 @@ std::vector<Engine::ParamChange> Engine::param_history() {
 }
 
 void Engine::ResetStats() {
+  if (impl_) impl_->sets.ResetStats();
   for (auto* c : {&stats_.cycles, &stats_.negotiations, &stats_.cache_hits, &stats_.cache_misses,
                   &stats_.fused_batches, &stats_.tensors, &stats_.bytes, &stats_.hierarchical_batches}) {
     c->store(0);
@@ -322,8 +287,8 @@ void Engine::Loop() {
     // we wait on arrive within it. Only a rank with nothing pending idles;
     // a joined rank waiting for the others counts as idle.
     const size_t busy_above = joined_here ? 1 : 0;
-    s.queue.WaitForWork(s.queue.entries_in_flight() > busy_above ? std::chrono::microseconds(0)
-                                                                 : kIdleWake);
+    const size_t in_flight = s.queue.entries_in_flight() + s.sets.entries_in_flight();
+    s.queue.WaitForWork(in_flight > busy_above ? std::chrono::microseconds(0) : kIdleWake);
     s.queue.WaitForBurstEnd(s.batch_window);
 
     const auto cycle_start = Timeline::Clock::now();
@@ -352,7 +317,7 @@ void Engine::Loop() {
     if (recording) s.RecordNegotiations(responses, &timeline_, stats_.cycles.load(), cycle_start);
     std::vector<Response> batches = FuseResponses(
         std::move(responses.responses), s.fusion_threshold,
-        [&s](const Response& r) { return s.PayloadBytes(r); });
+        [&s](const Response& r) { return ResponsePayloadBytes(r, &s.queue, s.mpi.size()); });
     const int64_t bytes_before = stats_.bytes.load();
     for (const Response& resp : batches) {
       if (LogEnabled(LogLevel::kTrace)) {
@@ -369,6 +334,12 @@ void Engine::Loop() {
                                  " joined last");
       }
       s.operations->Execute(resp, &s.queue, &stats_);
+    }
+    // Then every other set this rank belongs to, in ascending id order on
+    // every rank, so collectives on different communicators cannot deadlock.
+    // A set added or removed above takes effect here, on every rank alike.
+    if (!responses.shutdown) {
+      for (auto& set : s.sets.Mine()) set->RunCycle(s.fusion_threshold);
     }
     ++s.cycle;
     if (responses.has_params) ApplyParams(responses);
@@ -405,6 +376,7 @@ void Engine::Loop() {
   // engine stops for an error (peers may be gone, so nothing waits on them).
   s.operations->Stop(!failure.ok(), closing.message());
   std::vector<TensorEntry> pending = s.queue.TakeAllEntries();
+  for (TensorEntry& e : s.sets.CloseAll()) pending.push_back(std::move(e));
   failed_by_peer_ = failure.ok() && by_peer && !pending.empty();
   for (TensorEntry& e : pending) e.done(closing);
 }

@@ -43,10 +43,23 @@ class Engine {
   // True from init() until this process's own shutdown(): the topology
   // stays readable after another rank stopped the engine.
   bool started() const { return running_.load(); }
-  // Fails with a clear message when not running or when the name is in flight.
-  Status Enqueue(TensorEntry entry, Request request);
+  // Fails with a clear message when not running or when the name is in
+  // flight. `process_set` 0 is the global set (every rank).
+  Status Enqueue(TensorEntry entry, Request request, int32_t process_set = 0);
   // Enqueues several collectives atomically (grouped allreduce).
-  Status EnqueueGroup(std::vector<TensorEntry> entries, std::vector<Request> requests);
+  Status EnqueueGroup(std::vector<TensorEntry> entries, std::vector<Request> requests,
+                      int32_t process_set = 0);
+
+  // Process sets (engine_process_sets.cc). Adding and removing are
+  // collective: every rank calls with the same change and blocks until the
+  // background thread applied it; `ids` gets the new sets' ids.
+  Status AddProcessSets(const std::vector<std::vector<int>>& sets, std::vector<int32_t>* ids);
+  Status RemoveProcessSet(int32_t id);
+  // Ranks of set `id` (0: all); false when there is no such set.
+  bool ProcessSetRanks(int32_t id, std::vector<int>* ranks);
+  std::vector<int32_t> ProcessSetIds();  // besides 0, ascending
+  // Counters of set `id` (0: the global set); false when there is none.
+  bool ProcessSetStats(int32_t id, int64_t out[8]);
 
   // Rank 0 writes the timeline; elsewhere these are no-ops. Stops with the engine.
   Status StartTimeline(const std::string& path, bool mark_cycles);
@@ -78,6 +91,8 @@ class Engine {
   // Switches to the parameters a negotiation carried (autotune).
   void ApplyParams(const ResponseList& agreed);
   bool accepting();
+  // Runs one process set change through the global set (see process_set_change.h).
+  Status ChangeProcessSets(const std::vector<int64_t>& ask, std::vector<int32_t>* ids);
   // Shutdown's work; caller holds lifecycle_mu_.
   void StopLocked();
   // Why Enqueue refuses work (caller holds accept_mu_).

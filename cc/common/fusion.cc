@@ -45,4 +45,22 @@ std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t thr
   return out;
 }
 
+int64_t ResponsePayloadBytes(const Response& resp, TensorQueue* queue, int size) {
+  int64_t total = 0;
+  for (size_t t = 0; t < resp.names.size(); ++t) {
+    std::vector<int64_t> shape;
+    DataType dtype;
+    if (!queue->Describe(resp.names[t], &shape, &dtype)) continue;
+    int64_t elements = 1;
+    for (size_t d = resp.op == OpType::kAllgather ? 1 : 0; d < shape.size(); ++d) elements *= shape[d];
+    if (resp.op == OpType::kAllgather) {
+      int64_t rows = 0;
+      for (int r = 0; r < size; ++r) rows += resp.sizes[t * size + r];
+      elements *= rows;
+    }
+    total += elements * static_cast<int64_t>(DataTypeSize(dtype));
+  }
+  return total;
+}
+
 }  // namespace tf_ring

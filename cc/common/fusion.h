@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/message.h"
+#include "common/tensor_queue.h"
 
 namespace tf_ring {
 
@@ -16,6 +17,10 @@ namespace tf_ring {
 // ranks). A threshold of 0 disables fusion; larger tensors run alone.
 std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t threshold,
                                     const std::function<int64_t(const Response&)>& bytes_of);
+
+// Payload bytes of a response as all `size` ranks see them (fusion must
+// agree), from this rank's entries in `queue`.
+int64_t ResponsePayloadBytes(const Response& resp, TensorQueue* queue, int size);
 
 }  // namespace tf_ring
 

@@ -50,6 +50,20 @@ Status MpiContext::Init(const MPI_Comm* user_comm) {
   return Status::OK();
 }
 
+Status MpiContext::InitGroup(MPI_Comm parent, const std::vector<int>& ranks, int tag) {
+  MPI_Group parent_group, group;
+  MPI_Comm_group(parent, &parent_group);
+  MPI_Group_incl(parent_group, static_cast<int>(ranks.size()), ranks.data(), &group);
+  const int rc = MPI_Comm_create_group(parent, group, tag, &comm_);
+  MPI_Group_free(&group);
+  MPI_Group_free(&parent_group);
+  if (rc != MPI_SUCCESS) return Status::Unknown("MPI_Comm_create_group failed for a process set");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  MPI_Query_thread(&thread_level_);
+  return Status::OK();
+}
+
 void MpiContext::Release() {
   int finalized = 0;
   MPI_Finalized(&finalized);

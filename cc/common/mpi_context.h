@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -17,6 +18,10 @@ class MpiContext {
   // `user_comm` may be null (use MPI_COMM_WORLD). Initializes MPI with
   // MPI_THREAD_MULTIPLE when nobody has yet.
   Status Init(const MPI_Comm* user_comm);
+  // A process set's communicator: `ranks` (ascending ranks of `parent`)
+  // form it. Only those ranks call this, all with the same `tag`. No
+  // node-local or cross communicators: a set runs the plain MPI transports.
+  Status InitGroup(MPI_Comm parent, const std::vector<int>& ranks, int tag);
   // Frees the communicators; MPI itself stays up so init() may run again.
   void Release();
   // Finalizes MPI if this process initialized it. Call once, at exit.

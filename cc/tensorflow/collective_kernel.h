@@ -15,6 +15,7 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
  public:
   explicit CollectiveKernel(::tensorflow::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
     // Without an explicit name, the graph node's name identifies the tensor:
     // identical graphs give identical names on every rank.
     if (tensor_name_.empty()) tensor_name_ = name();
@@ -31,7 +32,7 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
     for (int d = 0; d < input.dims(); ++d) request.shape.push_back(input.dim_size(d));
     TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, done);
     request.device = entry.device;
-    Status s = Engine::Get().Enqueue(std::move(entry), std::move(request));
+    Status s = Engine::Get().Enqueue(std::move(entry), std::move(request), process_set_id_);
     if (!s.ok()) {
       ctx->SetStatus(ToTfStatus(s));
       done();
@@ -39,6 +40,7 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
   }
 
   std::string tensor_name_;
+  int process_set_id_ = 0;  // 0: the global set
 };
 
 // Reads the reduce_op / prescale_factor / postscale_factor attributes.

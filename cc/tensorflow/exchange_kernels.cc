@@ -27,7 +27,9 @@ class AlltoallKernel : public CollectiveKernel {
     } else if (ctx->input(0).dims() > 0 && Engine::Get().running()) {
       // Rows that do not divide evenly leave the splits empty: the coordinator
       // then fails the tensor on every rank (InvalidArgument, as in Horovod).
-      const int size = Engine::Get().topology().size;
+      std::vector<int> ranks;
+      const int size = Engine::Get().ProcessSetRanks(process_set_id_, &ranks)
+                           ? static_cast<int>(ranks.size()) : Engine::Get().topology().size;
       if (ctx->input(0).dim_size(0) % size == 0)
         req.splits.assign(size, ctx->input(0).dim_size(0) / size);
     }

@@ -66,7 +66,7 @@ class GroupedKernel : public CollectiveKernel {
       req.device = entries.back().device;
       requests.push_back(std::move(req));
     }
-    Status s = Engine::Get().EnqueueGroup(std::move(entries), std::move(requests));
+    Status s = Engine::Get().EnqueueGroup(std::move(entries), std::move(requests), process_set_id_);
     if (!s.ok()) {
       ctx->SetStatus(ToTfStatus(s));
       done();

@@ -1,6 +1,9 @@
 // Ops that ask the engine rather than move tensors: the topology read at run
 // time (rank_op and friends, so a graph built before init() still gives the
 // right values) and the barrier.
+#include <algorithm>
+#include <vector>
+
 #include "tensorflow/collective_kernel.h"
 
 namespace tf_ring {
@@ -13,6 +16,7 @@ class TopologyKernel : public tf::OpKernel {
  public:
   explicit TopologyKernel(tf::OpKernelConstruction* c) : OpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("which", &which_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
   }
 
   void Compute(tf::OpKernelContext* ctx) override {
@@ -20,10 +24,18 @@ class TopologyKernel : public tf::OpKernel {
                 absl::FailedPreconditionError("tf_ring is not initialized: call tf_ring.init() "
                                               "before running tf_ring." + which_ + "_op()."));
     const Topology t = Engine::Get().topology();
+    std::vector<int> set_ranks;
+    OP_REQUIRES(ctx, Engine::Get().ProcessSetRanks(process_set_id_, &set_ranks),
+                absl::InvalidArgumentError("tf_ring." + which_ + "_op: process set " +
+                                           std::to_string(process_set_id_) +
+                                           " is not registered (never added, or removed)."));
+    const bool included =
+        std::find(set_ranks.begin(), set_ranks.end(), t.rank) != set_ranks.end();
     const int value = which_ == "rank"         ? t.rank
-                      : which_ == "size"       ? t.size
+                      : which_ == "size"       ? static_cast<int>(set_ranks.size())
                       : which_ == "local_rank" ? t.local_rank
-                                               : t.local_size;
+                      : which_ == "local_size" ? t.local_size
+                                               : (included ? 1 : 0);
     tf::Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tf::TensorShape({}), &out));
     out->scalar<int32_t>()() = value;
@@ -31,6 +43,7 @@ class TopologyKernel : public tf::OpKernel {
 
  private:
   std::string which_;
+  int process_set_id_ = 0;
 };
 
 class BarrierKernel : public tf::AsyncOpKernel {
@@ -38,6 +51,7 @@ class BarrierKernel : public tf::AsyncOpKernel {
   explicit BarrierKernel(tf::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     if (tensor_name_.empty()) tensor_name_ = name();
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
   }
 
   void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
@@ -56,7 +70,7 @@ class BarrierKernel : public tf::AsyncOpKernel {
       if (!s.ok()) ctx->SetStatus(ToTfStatus(s));
       done();
     };
-    Status s = Engine::Get().Enqueue(std::move(entry), std::move(req));
+    Status s = Engine::Get().Enqueue(std::move(entry), std::move(req), process_set_id_);
     if (!s.ok()) {
       ctx->SetStatus(ToTfStatus(s));
       done();
@@ -65,6 +79,7 @@ class BarrierKernel : public tf::AsyncOpKernel {
 
  private:
   std::string tensor_name_;
+  int process_set_id_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Unit tests of the framework-free engine pieces: the wire format, the
 // coordinator's readiness and agreement checks, float16/bfloat16
-// conversion, and when collectives go hierarchical. Built with g++ alone (no TensorFlow, no MPI) by
+// conversion, when collectives go hierarchical, and the agreement on
+// process set changes. Built with g++ alone (no TensorFlow, no MPI) by
 // tests/test_engine_unit.py, which also proves the engine needs neither.
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "common/half.h"
 #include "common/hierarchical_choice.h"
 #include "common/message.h"
+#include "common/process_set_change.h"
 
 using namespace tf_ring;
 
@@ -330,6 +332,53 @@ static void TestHierarchicalChoice() {
   CHECK(!c.hierarchical && Contains(c.why, "TF_RING_HIERARCHICAL=0"));
 }
 
+// Every rank's ask, concatenated in rank order as the allgather delivers them.
+static std::vector<int64_t> Gathered(const std::vector<ProcessSetChange>& asks) {
+  std::vector<int64_t> out;
+  for (const auto& a : asks) {
+    std::vector<int64_t> one = EncodeProcessSetChange(a);
+    out.insert(out.end(), one.begin(), one.end());
+  }
+  return out;
+}
+
+static ProcessSetChange AddSets(std::vector<std::vector<int>> sets) {
+  ProcessSetChange c;
+  c.kind = ProcessSetChange::kAdd;
+  c.sets = std::move(sets);
+  return c;
+}
+
+static void TestProcessSetChangeAgreement() {
+  ProcessSetChange out;
+  const ProcessSetChange add = AddSets({{0, 1}, {1, 2}, {0}});
+  CHECK(AgreedProcessSetChange(Gathered({add, add, add}), 3, &out).ok());
+  CHECK(out.kind == ProcessSetChange::kAdd && out.sets.size() == 3 && out.sets[1] == std::vector<int>({1, 2}));
+
+  ProcessSetChange remove;
+  remove.kind = ProcessSetChange::kRemove;
+  remove.remove_id = 7;
+  CHECK(AgreedProcessSetChange(Gathered({remove, remove}), 2, &out).ok());
+  CHECK(out.kind == ProcessSetChange::kRemove && out.remove_id == 7);
+
+  // Ranks asking for different changes: every rank gets the same error, naming each ask.
+  Status s = AgreedProcessSetChange(Gathered({AddSets({{0}}), AddSets({{1}}), remove}), 3, &out);
+  CHECK(!s.ok() && Contains(s.message(), "do not match across ranks"));
+  CHECK(Contains(s.message(), "rank 0: add [[0]]") && Contains(s.message(), "rank 1: add [[1]]") &&
+        Contains(s.message(), "rank 2: remove set 7"));
+
+  s = AgreedProcessSetChange(Gathered({AddSets({{0, 3}}), AddSets({{0, 3}})}), 2, &out);
+  CHECK(!s.ok() && Contains(s.message(), "rank 3 is out of range; this job has ranks 0 to 1"));
+  s = AgreedProcessSetChange(Gathered({AddSets({{1, 1}}), AddSets({{1, 1}})}), 2, &out);
+  CHECK(!s.ok() && Contains(s.message(), "distinct and ascending"));
+  s = AgreedProcessSetChange(Gathered({AddSets({{}}), AddSets({{}})}), 2, &out);
+  CHECK(!s.ok() && Contains(s.message(), "at least one rank"));
+  // A truncated buffer is reported, not read past.
+  std::vector<int64_t> cut = Gathered({add, add});
+  cut.resize(cut.size() - 3);
+  CHECK(!AgreedProcessSetChange(cut, 2, &out).ok());
+}
+
 int main() {
   TestRequestRoundTrip();
   TestResponseRoundTrip();
@@ -340,6 +389,7 @@ int main() {
   TestCoordinatorJoin();
   TestHalfConversions();
   TestHierarchicalChoice();
+  TestProcessSetChangeAgreement();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -571,3 +571,38 @@ def check_best_model_checkpoint(k, sgd, tmp_path, suffix):
     with pytest.raises(ValueError, match="no filepath"):
         model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, epochs=1, verbose=0,
                   callbacks=[unset])
+
+
+# --- process sets ----------------------------------------------------------------------------
+
+def check_fit_on_process_set(k, sgd, steps=3):
+    """DistributedOptimizer(process_set=) with the set's broadcast callback:
+    the members {0, 1} train on their shares (different starting weights,
+    made equal by the callback) and end where one process lands on their
+    global batches; ranks outside the set take no part."""
+    import tf_ring
+    ps = hvd.ProcessSet([0, 1])  # tf_ring.keras exports the process set API too
+    tf_ring.shutdown()
+    tf_ring.init(process_sets=[ps])
+    try:
+        if ps.included():
+            rng = np.random.default_rng(4)
+            n = steps * PER_RANK_BATCH * ps.size()
+            x = rng.normal(size=(n, FEATURES)).astype(np.float32)
+            y = rng.normal(size=(n, 3)).astype(np.float32)
+            rows = x.reshape(steps, ps.size(), PER_RANK_BATCH, FEATURES)[:, ps.rank()]
+            targets = y.reshape(steps, ps.size(), PER_RANK_BATCH, 3)[:, ps.rank()]
+            model = make_model(k, weight_seed=10 + tf_ring.rank())
+            model.compile(hvd.DistributedOptimizer(sgd(LR), process_set=ps), loss="mse")
+            model.fit(rows.reshape(-1, FEATURES), targets.reshape(-1, 3), batch_size=PER_RANK_BATCH,
+                      shuffle=False, verbose=0,
+                      callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(
+                          ps.ranks[0], process_set=ps)])
+            reference = make_model(k, weight_seed=10 + ps.ranks[0])
+            reference.compile(sgd(LR), loss="mse")
+            reference.fit(x, y, batch_size=PER_RANK_BATCH * ps.size(), shuffle=False, verbose=0)
+            assert_weights_close(model.get_weights(), reference.get_weights())
+    finally:
+        tf_ring.barrier(name="fit_on_process_set.done")
+        tf_ring.shutdown()
+        tf_ring.init()

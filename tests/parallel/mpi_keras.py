@@ -104,3 +104,7 @@ def test_horovod_keras_names_are_exported():
     rows = tfk.reducescatter(tf.ones((2 * tfk.size(), 1)) * (tfk.rank() + 1), op=tfk.Sum)
     expected = sum(r + 1 for r in range(tfk.size()))
     assert rows.numpy().tolist() == [[expected], [expected]]
+
+
+def test_fit_on_a_process_set_matches_single_process():
+    cases.check_fit_on_process_set(keras, SGD)

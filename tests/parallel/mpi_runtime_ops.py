@@ -43,10 +43,10 @@ def test_ops_eagerly_and_in_tf_function():
     assert [int(v) for v in fn()] == mpi_topology() + [1]
 
 
-def test_other_process_set_ids_are_rejected():
-    with pytest.raises(ValueError, match="process set 1 does not exist"):
+def test_unregistered_process_set_ids_are_rejected():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="process set 1 is not registered"):
         hvd.process_set_included_op(1)
-    with pytest.raises(ValueError, match="only the global process set"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="process set 3 is not registered"):
         hvd.size_op(process_set_id=3)
 
 

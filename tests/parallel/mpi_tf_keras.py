@@ -107,3 +107,7 @@ def test_horovod_optimizer_arguments():
 @pytest.mark.parametrize("suffix", [".keras", ".h5"])
 def test_best_model_checkpoint_saves_on_rank_0_only(tmp_path, suffix):
     cases.check_best_model_checkpoint(tf_keras, SGD, tmp_path, suffix)
+
+
+def test_fit_on_a_process_set_matches_single_process():
+    cases.check_fit_on_process_set(tf_keras, SGD)

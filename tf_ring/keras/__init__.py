@@ -30,3 +30,9 @@ from tf_ring.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_e
 
 __all__ += ["Adasum", "ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
             "mpi_enabled", "rocm_built"]
+
+# Process sets, as horovod.tensorflow.keras has them (see README, "Process sets").
+from tf_ring.process_set import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
+                                 remove_process_set)
+
+__all__ += ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"]

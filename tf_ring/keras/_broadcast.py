@@ -4,7 +4,7 @@ import tensorflow as tf
 from tf_ring import ops
 
 
-def broadcast_variables(variables, root_rank, name_prefix):
+def broadcast_variables(variables, root_rank, name_prefix, process_set=None):
     """Assigns root_rank's value to every variable in `variables` on every rank.
 
     Names come from the position in the list, which every rank builds in the
@@ -18,7 +18,7 @@ def broadcast_variables(variables, root_rank, name_prefix):
     def assign_from_root():
         for index, var in enumerate(variables):
             value = ops.broadcast(tf.convert_to_tensor(var), root_rank,
-                                  name="%s.%d" % (name_prefix, index))
+                                  name="%s.%d" % (name_prefix, index), process_set=process_set)
             var.assign(value)
 
     assign_from_root()

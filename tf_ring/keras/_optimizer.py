@@ -9,12 +9,13 @@ All allreduces are issued in the train-step graph, where the engine fuses them.
 """
 import tensorflow as tf
 
-from tf_ring import basics, ops
+from tf_ring import ops
 from tf_ring.compression import Compression
 from tf_ring.gradient_reduction import predivide_scales, resolve_groups, variable_key
 from tf_ring.keras import _flavor, _xla
 from tf_ring.keras._aggregation import LocalGradientAccumulator
 from tf_ring.keras._reduce import allreduce_gradients, to_dense
+from tf_ring.process_set import global_process_set, process_set_id_of
 from tf_ring.tape import local_layer_variables
 
 
@@ -23,7 +24,7 @@ class _Settings:
 
     def __init__(self, op, compression, backward_passes_per_step, average_aggregated_gradients,
                  sparse_as_dense, gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                 scale_local_gradients=True):
+                 scale_local_gradients=True, process_set=global_process_set):
         if op not in (ops.Average, ops.Sum, ops.Adasum):
             raise ValueError("DistributedOptimizer: op must be tf_ring.Average, Sum or Adasum, got %r"
                              % (op,))
@@ -42,6 +43,8 @@ class _Settings:
         self.prescale, self.postscale = predivide_scales(op, gradient_predivide_factor)
         self.scale_local_gradients = scale_local_gradients
         self.local_keys = set()
+        process_set_id_of(process_set, "DistributedOptimizer")  # registered, or a clear error
+        self.process_set = process_set
         self.accumulator = LocalGradientAccumulator(self.passes) if self.passes > 1 else None
 
 
@@ -52,8 +55,10 @@ def _reduce(settings, grads, variables, postscale_factor=1.0):
     reduced = allreduce_gradients([grads[i] for i in shared], [variables[i] for i in shared],
                                   settings.op, settings.compression,
                                   prescale_factor=settings.prescale,
-                                  postscale_factor=postscale_factor * settings.postscale)
-    local_scale = postscale_factor / (basics.size() if settings.scale_local_gradients else 1)
+                                  postscale_factor=postscale_factor * settings.postscale,
+                                  process_set=settings.process_set)
+    local_scale = postscale_factor / (settings.process_set.size()
+                                      if settings.scale_local_gradients else 1)
     results = [g if g is None or local_scale == 1.0 else g * local_scale for g in grads]
     for i, out in zip(shared, reduced):
         results[i] = out
@@ -159,7 +164,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=ops.Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
-                         scale_local_gradients=True):
+                         scale_local_gradients=True, process_set=global_process_set):
     """Returns a new optimizer of `optimizer`'s class, made from its config, that
     averages (op=Average) or sums (op=Sum) gradients over all ranks before applying them.
 
@@ -179,13 +184,15 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     scale_local_gradients: gradients of variables registered with
       register_local_var (or PartialDistributedOptimizer's local_layers) are
       not reduced; with this flag they are divided by size(), as in Horovod.
+    process_set: reduce over that set's ranks only (Average divides by its
+      size); every member trains the model, other ranks must not step it.
     name, device_dense, device_sparse: accepted for Horovod code; the optimizer
       keeps its own name and config (CPU build).
     """
     del name, device_dense, device_sparse
     settings = _Settings(op, compression, backward_passes_per_step, average_aggregated_gradients,
                          sparse_as_dense, gradient_predivide_factor, num_groups, groups,
-                         scale_local_gradients)
+                         scale_local_gradients, process_set)
     cls = distributed_class(_base_class(optimizer))
     wrapped = cls.from_config(optimizer.get_config())
     wrapped._tf_ring_settings = settings
@@ -196,14 +203,16 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
                                 compression=Compression.none, sparse_as_dense=False,
                                 gradient_predivide_factor=1.0, op=ops.Average,
                                 backward_passes_per_step=1, average_aggregated_gradients=False,
-                                groups=None, local_layers=None, scale_local_gradients=True):
+                                groups=None, local_layers=None, scale_local_gradients=True,
+                                process_set=global_process_set):
     """A DistributedOptimizer whose `local_layers` (built Keras layers) keep
     their own gradients: their trainable variables are registered as local
     with register_local_var; everything else is reduced over ranks."""
     wrapped = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
                                    sparse_as_dense, gradient_predivide_factor, op,
                                    backward_passes_per_step, average_aggregated_gradients,
-                                   groups=groups, scale_local_gradients=scale_local_gradients)
+                                   groups=groups, scale_local_gradients=scale_local_gradients,
+                                   process_set=process_set)
     for var in local_layer_variables(local_layers, "PartialDistributedOptimizer"):
         wrapped.register_local_var(var)
     return wrapped

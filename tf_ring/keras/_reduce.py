@@ -12,7 +12,7 @@ def to_dense(grad):
 
 
 def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, postscale_factor=1.0,
-                        name_prefix=""):
+                        name_prefix="", process_set=None):
     """Reduces every non-None gradient over ranks; None stays None.
 
     In a graph each collective is named after its gradient tensor, which is
@@ -30,7 +30,7 @@ def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, 
             name = "tf_ring.keras.%sgrad.%d.%s" % (name_prefix, index, _variable_label(var))
         reduced.append(ops.allreduce(to_dense(grad), op=op, name=name, compression=compression,
                                      prescale_factor=prescale_factor,
-                                     postscale_factor=postscale_factor))
+                                     postscale_factor=postscale_factor, process_set=process_set))
     return reduced
 
 

@@ -12,6 +12,7 @@ from tf_ring.keras import _flavor, _xla
 from tf_ring.keras._broadcast import broadcast_variables
 from tf_ring.keras._checkpoint import BestModelCheckpoint  # noqa: F401 (exported here)
 from tf_ring.keras._learning_rate import MomentumCorrection, get_learning_rate, set_learning_rate
+from tf_ring.process_set import global_process_set
 
 _Callback = _flavor.keras_module().callbacks.Callback
 
@@ -33,13 +34,16 @@ class BroadcastGlobalVariablesCallback(_TfRingCallback):
 
     local_variables (or register_local_var): variables that stay as each rank
     has them, e.g. those of PartialDistributedOptimizer's local layers.
-    device is accepted for Horovod code (CPU build).
+    device is accepted for Horovod code (CPU build). process_set (keyword):
+    broadcast among that set's ranks only (root_rank is a global rank in it).
     """
 
-    def __init__(self, root_rank, device="", local_variables=None, *args, **kwargs):
+    def __init__(self, root_rank, device="", local_variables=None, *args,
+                 process_set=global_process_set, **kwargs):
         super().__init__(*args, **kwargs)
         del device
         self.root_rank = root_rank
+        self.process_set = process_set
         self._local_keys = set()
         for var in local_variables or ():
             self.register_local_var(var)
@@ -69,7 +73,7 @@ class BroadcastGlobalVariablesCallback(_TfRingCallback):
             optimizer.build(self.model.trainable_variables)
         optimizer_variables = self._optimizer_variables()
         broadcast_variables(self._shared(list(self.model.variables) + optimizer_variables),
-                            self.root_rank, "broadcast_global_variables.begin")
+                            self.root_rank, "broadcast_global_variables.begin", self.process_set)
         self._optimizer_variable_count = len(optimizer_variables)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -79,18 +83,21 @@ class BroadcastGlobalVariablesCallback(_TfRingCallback):
         optimizer_variables = self._optimizer_variables()
         if len(optimizer_variables) != self._optimizer_variable_count:
             broadcast_variables(self._shared(list(self.model.variables) + optimizer_variables),
-                                self.root_rank, "broadcast_global_variables.first_batch")
+                                self.root_rank, "broadcast_global_variables.first_batch",
+                                self.process_set)
 
 
 class MetricAverageCallback(_TfRingCallback):
     """Replaces every numeric value in the epoch-end logs with its mean over ranks.
 
     Put it before callbacks that read the logs (checkpointing, early stopping,
-    LR reduction) so they all see the averaged values.
+    LR reduction) so they all see the averaged values. process_set
+    (keyword): average over that set's ranks only.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, process_set=global_process_set, **kwargs):
         super().__init__(*args, **kwargs)
+        self.process_set = process_set
         self._average_fns = {}
 
     def on_epoch_end(self, epoch, logs=None):
@@ -108,7 +115,8 @@ class MetricAverageCallback(_TfRingCallback):
         if names not in self._average_fns:
             @tf.function(autograph=False)
             def average(values):
-                return [ops.allreduce(v, op=ops.Average, name="metric_average." + n)
+                return [ops.allreduce(v, op=ops.Average, name="metric_average." + n,
+                                      process_set=self.process_set)
                         for n, v in zip(names, values)]
             self._average_fns[names] = average
         return self._average_fns[names]

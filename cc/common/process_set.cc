@@ -1,0 +1,65 @@
+#include "common/process_set.h"
+
+#include <algorithm>
+
+#include "common/fusion.h"
+#include "common/logging.h"
+
+namespace tf_ring {
+
+ProcessSet::ProcessSet(int32_t id, std::vector<int> ranks, int my_rank)
+    : id_(id), ranks_(std::move(ranks)), set_rank_([&] {
+        auto it = std::find(ranks_.begin(), ranks_.end(), my_rank);
+        return it == ranks_.end() ? -1 : static_cast<int>(it - ranks_.begin());
+      }()),
+      my_rank_(my_rank) {}
+
+ProcessSet::~ProcessSet() = default;
+
+int ProcessSet::SetRankOf(int rank) const {
+  auto it = std::find(ranks_.begin(), ranks_.end(), rank);
+  return it == ranks_.end() ? -1 : static_cast<int>(it - ranks_.begin());
+}
+
+std::string ProcessSet::Describe() const {
+  std::string s = std::to_string(id_) + " (ranks ";
+  for (size_t i = 0; i < ranks_.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks_[i]);
+  return s + ")";
+}
+
+Status ProcessSet::Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds) {
+  Status s = mpi_.InitGroup(world, ranks_, id_);
+  if (!s.ok()) return s;
+  connected_ = true;
+  // Shared memory, hierarchical collectives, autotune, the timeline and
+  // stall shutdown belong to the global set; a set runs plain MPI.
+  controller_ = std::make_unique<Controller>(&mpi_, cache_capacity, StallConfig{stall_check_seconds, 0});
+  controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
+  operations_ = std::make_unique<OperationManager>(&mpi_, nullptr, nullptr, nullptr);
+  return Status::OK();
+}
+
+void ProcessSet::RunCycle(int64_t fusion_threshold) {
+  ResponseList responses;
+  CycleCounts counts;
+  Status st = controller_->RunCycle(queue_.TakeRequests(), false, &responses, &counts);
+  stats_.cycles++;
+  stats_.negotiations += counts.negotiations;
+  stats_.cache_hits += counts.cache_hits;
+  stats_.cache_misses += counts.cache_misses;
+  if (!st.ok()) Log(LogLevel::kError, "process set " + Describe() + ": " + st.message());
+  const int size = mpi_.size();
+  std::vector<Response> batches =
+      FuseResponses(std::move(responses.responses), fusion_threshold,
+                    [this, size](const Response& r) { return ResponsePayloadBytes(r, &queue_, size); });
+  for (const Response& resp : batches) operations_->Execute(resp, &queue_, &stats_);
+}
+
+std::vector<TensorEntry> ProcessSet::Close() {
+  if (operations_) operations_->Stop(false, "process set " + Describe() + " closed");
+  if (connected_) mpi_.Release();
+  connected_ = false;
+  return queue_.TakeAllEntries();
+}
+
+}  // namespace tf_ring

@@ -1,0 +1,69 @@
+// A process set: a subset of the engine's ranks that negotiates and runs its
+// collectives on its own (its own communicator, queue, coordinator, response
+// cache and fusion batches), so a stalled set never blocks another. The
+// engine's one background thread runs each set's cycle; the global set (id
+// 0) is the engine itself and never one of these.
+#ifndef TF_RING_COMMON_PROCESS_SET_H_
+#define TF_RING_COMMON_PROCESS_SET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/controller.h"
+#include "common/mpi_context.h"
+#include "common/operation_manager.h"
+#include "common/stats.h"
+#include "common/status.h"
+#include "common/tensor_queue.h"
+
+namespace tf_ring {
+
+class ProcessSet {
+ public:
+  // `ranks`: ascending engine ranks; `my_rank` is this process's engine rank.
+  ProcessSet(int32_t id, std::vector<int> ranks, int my_rank);
+  ~ProcessSet();
+
+  // Members only: builds the set's communicator from `world`, collectively
+  // with the other members (every member calls it with the same id).
+  // `stall_check_seconds`: the set's coordinator warns about tensors some
+  // members lack (0: never); stalls never stop the engine from a set.
+  Status Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds);
+
+  int32_t id() const { return id_; }
+  const std::vector<int>& ranks() const { return ranks_; }
+  bool included() const { return set_rank_ >= 0; }
+  int set_rank() const { return set_rank_; }
+  int my_rank() const { return my_rank_; }
+  // The set rank of engine rank `rank`, or -1 when it is not a member.
+  int SetRankOf(int rank) const;
+  // "1 (ranks 0, 2)", for error texts.
+  std::string Describe() const;
+
+  TensorQueue& queue() { return queue_; }
+  EngineStats& stats() { return stats_; }
+  // One negotiation cycle over the set's communicator and the collectives it
+  // agreed on. Members only; every member runs it at the same engine cycle.
+  void RunCycle(int64_t fusion_threshold);
+  // Frees the communicator (members, all together) and returns the entries
+  // still pending, for the caller to fail.
+  std::vector<TensorEntry> Close();
+
+ private:
+  const int32_t id_;
+  const std::vector<int> ranks_;
+  const int set_rank_;
+  const int my_rank_;
+  MpiContext mpi_;
+  bool connected_ = false;
+  TensorQueue queue_;
+  EngineStats stats_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<OperationManager> operations_;
+};
+
+}  // namespace tf_ring
+
+#endif  // TF_RING_COMMON_PROCESS_SET_H_

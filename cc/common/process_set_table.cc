@@ -1,0 +1,158 @@
+#include "common/process_set_table.h"
+
+namespace tf_ring {
+
+Status ProcessSetTable::Submit(int32_t id, std::vector<TensorEntry> entries,
+                               std::vector<Request> requests) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string what = entries.empty()
+                               ? std::string("collective")
+                               : std::string(OpTypeName(entries[0].op)) + " of tensor '" + entries[0].name + "'";
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    return Status::InvalidArgument(what + ": process set " + std::to_string(id) +
+                                   " is not registered (never added, or removed). Register it with "
+                                   "init(process_sets=[...]) or add_process_set() on every rank.");
+  }
+  ProcessSet& set = *it->second;
+  for (Request& r : requests) {
+    if (!set.included()) break;
+    if (r.device >= 0) {
+      return Status::InvalidArgument(what + ": process set " + set.Describe() +
+                                     " runs on host tensors only (plain MPI); only the global set "
+                                     "runs GPU tensors. Copy the tensor to the CPU first.");
+    }
+    r.rank = set.set_rank();
+    if (r.op != OpType::kBroadcast) continue;
+    const int root = set.SetRankOf(r.root_rank);
+    if (root < 0) {
+      return Status::InvalidArgument(what + ": root_rank " + std::to_string(r.root_rank) +
+                                     " is not a member of process set " + set.Describe() +
+                                     "; pass the (global) rank of one of its members.");
+    }
+    r.root_rank = root;
+  }
+  if (!set.included()) {
+    return Status::InvalidArgument(
+        what + ": this rank (" + std::to_string(set.my_rank()) + ") is not a member of process set " +
+        set.Describe() +
+        ", so it cannot take part in the set's collectives. Call them only on the set's ranks "
+        "(where process_set.included() is True).");
+  }
+  if (entries.size() == 1) return set.queue().Add(std::move(entries[0]), std::move(requests[0]));
+  return set.queue().AddGroup(std::move(entries), std::move(requests));
+}
+
+bool ProcessSetTable::Ranks(int32_t id, std::vector<int>* ranks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) return false;
+  *ranks = it->second->ranks();
+  return true;
+}
+
+std::vector<int32_t> ProcessSetTable::Ids() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> ids;
+  for (auto& kv : sets_) ids.push_back(kv.first);
+  return ids;
+}
+
+Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_rank, MPI_Comm world,
+                            size_t cache_capacity, double stall_check_seconds,
+                            std::vector<int32_t>* ids) {
+  // All or nothing: every rank reaches the same verdict before any set exists.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < sets.size(); ++i) {
+    for (auto& kv : sets_) {
+      if (kv.second->ranks() == sets[i]) {
+        return Status::InvalidArgument("process set " + kv.second->Describe() +
+                                       " is already registered; register each set of ranks once.");
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (sets[j] == sets[i]) {
+        std::string ranks;
+        for (size_t k = 0; k < sets[i].size(); ++k) ranks += (k ? ", " : "") + std::to_string(sets[i][k]);
+        return Status::InvalidArgument("the process set of ranks " + ranks +
+                                       " appears twice in the sets to register; list each set once.");
+      }
+    }
+  }
+  for (const auto& ranks : sets) {
+    auto set = std::make_shared<ProcessSet>(next_id_, ranks, my_rank);
+    if (set->included()) {
+      Status s = set->Connect(world, cache_capacity, stall_check_seconds);
+      if (!s.ok()) return s;
+    }
+    sets_[next_id_] = set;
+    ids->push_back(next_id_++);
+  }
+  return Status::OK();
+}
+
+Status ProcessSetTable::Remove(int32_t id) {
+  std::shared_ptr<ProcessSet> set;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sets_.find(id);
+    if (it == sets_.end()) {
+      return Status::InvalidArgument("remove_process_set: process set " + std::to_string(id) +
+                                     " is not registered (never added, or already removed).");
+    }
+    set = it->second;
+    sets_.erase(it);
+  }
+  const Status removed = Status::Aborted("process set " + set->Describe() +
+                                         " was removed while this collective was pending.");
+  for (TensorEntry& e : set->Close()) e.done(removed);
+  return Status::OK();
+}
+
+std::vector<std::shared_ptr<ProcessSet>> ProcessSetTable::Mine() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<ProcessSet>> mine;
+  for (auto& kv : sets_) {
+    if (kv.second->included()) mine.push_back(kv.second);
+  }
+  return mine;
+}
+
+std::vector<TensorEntry> ProcessSetTable::CloseAll() {
+  std::map<int32_t, std::shared_ptr<ProcessSet>> sets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sets.swap(sets_);
+    next_id_ = 1;
+  }
+  std::vector<TensorEntry> pending;
+  for (auto& kv : sets) {
+    for (TensorEntry& e : kv.second->Close()) pending.push_back(std::move(e));
+  }
+  return pending;
+}
+
+size_t ProcessSetTable::entries_in_flight() {
+  size_t n = 0;
+  for (auto& set : Mine()) n += set->queue().entries_in_flight();
+  return n;
+}
+
+std::shared_ptr<ProcessSet> ProcessSetTable::Find(int32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : it->second;
+}
+
+void ProcessSetTable::ResetStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& kv : sets_) {
+    EngineStats& s = kv.second->stats();
+    for (auto* c : {&s.cycles, &s.negotiations, &s.cache_hits, &s.cache_misses, &s.fused_batches,
+                    &s.tensors, &s.bytes, &s.hierarchical_batches}) {
+      c->store(0);
+    }
+  }
+}
+
+}  // namespace tf_ring

@@ -1,0 +1,420 @@
+"""Static process sets: every collective restricted to a set, in eager,
+tf.function and v1 graphs; each set's own cache and fusion; one set training
+while another waits on a withheld tensor; the errors. Expected values come
+from NumPy over the members' known inputs.
+
+On 3 ranks the sets are {0,1} and {1,2} (overlapping) and {0} (disjoint
+from {1,2}); on 2 ranks {0}, {1} (disjoint) and {0,1} (overlapping both).
+"""
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_ring as hvd
+from helpers import rank_input
+
+SET_RANKS = {2: [[0], [1], [0, 1]], 3: [[0, 1], [1, 2], [0]]}
+
+
+def restart(process_sets=None):
+    hvd.shutdown()
+    hvd.init(process_sets=process_sets)
+
+
+@pytest.fixture(scope="module")
+def sets():
+    made = [hvd.ProcessSet(r) for r in SET_RANKS[hvd.size()]]
+    restart(made)
+    yield made
+    restart()
+
+
+@pytest.fixture(autouse=True)
+def in_step():
+    """Ranks outside a test's set skip ahead; a global barrier after every
+    test keeps them from reaching the next test's shutdown() early."""
+    yield
+    hvd.barrier(name="after_test")
+
+
+def mine(sets):
+    """The sets this rank belongs to, in ascending id order: the order every
+    rank calls them in, so blocking eager calls cannot wait on each other."""
+    return [ps for ps in sets if ps.included()]
+
+
+def test_registration_ids_and_queries(sets):
+    size, rank = hvd.size(), hvd.rank()
+    assert [ps.process_set_id for ps in sets] == [1, 2, 3]
+    assert hvd.process_sets() == [hvd.global_process_set] + sets
+    assert hvd.global_process_set.ranks == list(range(size))
+    for ps, ranks in zip(sets, SET_RANKS[size]):
+        assert ps.ranks == ranks and ps.size() == len(ranks)
+        assert ps.included() is (rank in ranks)
+        assert ps.rank() == (ranks.index(rank) if rank in ranks else -1)
+        assert hvd.process_set_by_id(ps.process_set_id) is ps
+        assert "ranks=%s" % ranks in repr(ps)
+        assert int(hvd.size_op(process_set_id=ps.process_set_id)) == len(ranks)
+        included = tf.function(lambda i=ps.process_set_id: hvd.process_set_included_op(i))
+        assert int(included()) == (rank in ranks)
+    assert sets[0] != sets[1] and sets[0] == sets[0]
+
+
+def test_process_set_from_an_mpi4py_communicator(sets):
+    from mpi4py import MPI
+    for ranks in SET_RANKS[hvd.size()]:
+        member = hvd.rank() in ranks
+        comm = MPI.COMM_WORLD.Split(0 if member else MPI.UNDEFINED, hvd.rank())
+        if member:
+            assert hvd.ProcessSet(comm).ranks == ranks
+            comm.Free()
+        else:
+            with pytest.raises(ValueError, match="not in the communicator"):
+                hvd.ProcessSet(comm)
+
+
+def expected_for(ps, shape, dtype, seed):
+    return [rank_input(r, shape, dtype, seed) for r in ps.ranks]
+
+
+def run_collectives(ps, seed):
+    """Every collective on `ps`; returns (results, expected) as NumPy."""
+    rank, members = hvd.rank(), ps.ranks
+    me = rank_input(rank, (3, 4), tf.float32, seed)
+    inputs = expected_for(ps, (3, 4), tf.float32, seed)
+    root = members[-1]
+    n = len(members)
+    rows = [r % 3 + 1 for r in members]  # allgather: first dimension differs by rank
+    # alltoall: member i sends i + j + 1 rows to member j
+    splits = [ps.rank() + j + 1 for j in range(n)]
+    a2a_in = np.full((sum(splits), 2), rank, np.int32)
+    rs_rows = 2 * n + 1  # reducescatter: not divisible, the first members get the extra row
+    rs_in = [rank_input(r, (rs_rows, 2), tf.float64, seed + 1) for r in members]
+    counts = [rs_rows // n + (1 if i < rs_rows % n else 0) for i in range(n)]
+    start = sum(counts[:ps.rank()])
+
+    def body(me, a2a_in, rs_me):
+        return [hvd.allreduce(me, op=hvd.Sum, process_set=ps, name="ps.sum"),
+                hvd.allreduce(me, op=hvd.Average, process_set=ps, name="ps.avg"),
+                hvd.allgather(tf.fill((rank % 3 + 1, 2), rank), process_set=ps, name="ps.ag"),
+                hvd.broadcast(me, root_rank=root, process_set=ps, name="ps.bc"),
+                hvd.alltoall(a2a_in, splits=splits, process_set=ps, name="ps.a2a")[0],
+                hvd.reducescatter(rs_me, op=hvd.Sum, process_set=ps, name="ps.rs"),
+                hvd.grouped_allreduce([me, 2 * me], op=hvd.Max, process_set=ps, name="ps.gar"),
+                hvd.grouped_allgather([me[:1]], process_set=ps, name="ps.gag")[0],
+                hvd.grouped_reducescatter([rs_me], op=hvd.Sum, process_set=ps, name="ps.grs")[0]]
+
+    expected = [np.sum(inputs, 0), np.mean(inputs, 0),
+                np.concatenate([np.full((k, 2), r, np.int32) for r, k in zip(members, rows)]),
+                inputs[members.index(root)],
+                np.concatenate([np.full((i + ps.rank() + 1, 2), r, np.int32)
+                                for i, r in enumerate(members)]),
+                np.sum(rs_in, 0)[start:start + counts[ps.rank()]],
+                [np.max(inputs, 0), np.max(inputs, 0) * 2],
+                np.concatenate([x[:1] for x in inputs]),
+                np.sum(rs_in, 0)[start:start + counts[ps.rank()]]]
+    rs_me = rank_input(rank, (rs_rows, 2), tf.float64, seed + 1)
+    return body, (me, a2a_in, rs_me), expected
+
+
+def check(results, expected):
+    for got, want in zip(results, expected):
+        if isinstance(want, list):
+            check(got, want)
+        else:
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_every_collective_per_set(sets, mode):
+    for ps in mine(sets):
+        body, args, expected = run_collectives(ps, seed=10 * ps.process_set_id)
+        fn = tf.function(body) if mode == "function" else body
+        check(fn(*args), expected)
+        hvd.barrier(process_set=ps)
+
+
+def test_v1_graph_per_set(sets):
+    for ps in mine(sets):
+        body, args, expected = run_collectives(ps, seed=7 + ps.process_set_id)
+        with tf.Graph().as_default():
+            outputs = body(*[tf.constant(a) for a in args])
+            barrier = hvd.barrier(process_set=ps)
+            with tf.compat.v1.Session() as session:
+                check(session.run(outputs), expected)
+                session.run(barrier)
+
+
+def test_objects_and_variables_per_set(sets):
+    rank = hvd.rank()
+    for ps in mine(sets):
+        root = ps.ranks[0]
+        assert hvd.allgather_object({"r": rank}, process_set=ps) == [{"r": r} for r in ps.ranks]
+        assert hvd.broadcast_object("from %d" % rank, root_rank=root, process_set=ps) == \
+            "from %d" % root
+        v = tf.Variable([float(rank), 1.0])
+        hvd.broadcast_variables([v], root_rank=root, process_set=ps)
+        np.testing.assert_array_equal(v.numpy(), [root, 1.0])
+        w = tf.Variable([float(rank)])
+        out = hvd.broadcast_([w], root_rank=ps.ranks[-1], process_set=ps)
+        np.testing.assert_array_equal(out[0].numpy(), [ps.ranks[-1]])
+
+
+def test_indexed_slices_average_over_the_set(sets):
+    for ps in mine(sets):
+        values = tf.constant(np.full((2, 3), hvd.rank() + 1.0, np.float32))
+        slices = tf.IndexedSlices(values, tf.constant([hvd.rank(), 0]), tf.constant([4, 3]))
+        out = hvd.allreduce(slices, op=hvd.Average, process_set=ps, name="ps.sparse")
+        np.testing.assert_array_equal(out.indices.numpy(), [i for r in ps.ranks for i in (r, 0)])
+        np.testing.assert_allclose(out.values.numpy(), np.concatenate(
+            [np.full((2, 3), (r + 1.0) / ps.size()) for r in ps.ranks]))
+
+
+def test_gradients_use_the_same_set(sets):
+    for ps in mine(sets):
+        x = tf.Variable(rank_input(hvd.rank(), (4,), tf.float32, 3))
+        with tf.GradientTape(persistent=True) as tape:
+            summed = hvd.allreduce(x, op=hvd.Sum, process_set=ps, name="grad.sum")
+            gathered = hvd.allgather(x, process_set=ps, name="grad.ag")
+            weights = tf.range(tf.shape(gathered)[0], dtype=tf.float32)
+            gathered_loss = tf.reduce_sum(gathered * weights)
+        # d(sum over the set)/dx with upstream ones is the set's size.
+        np.testing.assert_allclose(tape.gradient(summed, x).numpy(), np.full(4, ps.size()))
+        # allgather: this member's slice of the set-averaged upstream gradient.
+        i = ps.rank()
+        np.testing.assert_allclose(tape.gradient(gathered_loss, x).numpy(),
+                                   np.arange(4 * i, 4 * i + 4, dtype=np.float32))
+
+
+def test_tape_keeps_local_sources_local_scaled_by_the_set_size(sets):
+    for ps in mine(sets):
+        a = [rank_input(r, (3,), tf.float32, 40) for r in ps.ranks]
+        b = rank_input(hvd.rank(), (2,), tf.float32, 41)
+        w, v = tf.Variable(np.zeros(3, np.float32)), tf.Variable(np.zeros(2, np.float32))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * a[ps.rank()]) + tf.reduce_sum(v * b)
+        tape = hvd.DistributedGradientTape(tape, process_set=ps)
+        tape.register_local_source(v)
+        grad_w, grad_v = tape.gradient(loss, [w, v])
+        np.testing.assert_allclose(grad_w.numpy(), np.mean(a, 0), rtol=1e-6)
+        np.testing.assert_allclose(grad_v.numpy(), b / ps.size(), rtol=1e-6)
+
+
+def test_each_set_caches_and_fuses_on_its_own(sets):
+    for ps in mine(sets):
+        members = ps.ranks
+
+        @tf.function
+        def step(xs):
+            single = [hvd.allreduce(x, op=hvd.Sum, process_set=ps, name="cf.%d" % i)
+                      for i, x in enumerate(xs)]
+            grouped = hvd.grouped_allreduce(xs, op=hvd.Sum, process_set=ps, name="cf.group")
+            return single, grouped
+
+        xs = [tf.constant(rank_input(hvd.rank(), (8,), tf.float32, 20 + i)) for i in range(4)]
+        want = [np.sum([rank_input(r, (8,), tf.float32, 20 + i) for r in members], 0)
+                for i in range(4)]
+        before, global_before = hvd.stats(process_set=ps), hvd.stats()
+        for _ in range(3):
+            single, grouped = step(xs)
+            check(single, want)
+            check(grouped, want)
+        after, global_after = hvd.stats(process_set=ps), hvd.stats()
+        delta = {k: after[k] - before[k] for k in before}
+        # 8 tensors a step; steps 2 and 3 find all of them in the set's cache.
+        assert delta["tensors"] == 24, delta
+        assert delta["cache_hits"] >= 16, delta
+        assert delta["fused_batches"] >= 3, delta  # the grouped four, fused each step
+        assert global_after["tensors"] == global_before["tensors"]  # none ran on the global set
+        hvd.barrier(process_set=ps)
+
+
+STALL = {2: ([0], [0, 1], 1), 3: ([0, 1], [1, 2], 2)}  # set A, set B, B's member that waits
+
+
+def test_one_set_trains_while_another_waits_on_a_withheld_tensor(sets):
+    """B's member `late` holds back B's tensor until A has trained; B's other
+    members have it pending all that time, and A's steps still complete."""
+    a_ranks, b_ranks, late = STALL[hvd.size()]
+    a = next(ps for ps in sets if ps.ranks == a_ranks)
+    b = next(ps for ps in sets if ps.ranks == b_ranks)
+    rank = hvd.rank()
+    b_value = [float(r + 1) for r in b.ranks]
+    pending, result = None, {}
+    if b.included() and rank != late:
+        def submit_b():
+            result["b"] = hvd.allreduce(tf.constant([float(rank + 1)]), op=hvd.Sum,
+                                        process_set=b, name="stall.b").numpy()
+        pending = threading.Thread(target=submit_b, daemon=True)
+        pending.start()
+    if a.included():
+        w = tf.Variable(np.zeros(3, np.float32))
+        for step in range(5):
+            grad = tf.constant(np.full(3, rank + step, np.float32))
+            w.assign_sub(0.1 * hvd.allreduce(grad, op=hvd.Average, process_set=a,
+                                             name="stall.a"))
+        want = -0.1 * sum(np.mean([r + s for r in a.ranks]) for s in range(5))
+        np.testing.assert_allclose(w.numpy(), np.full(3, want), rtol=1e-5)
+    if pending is not None:
+        assert pending.is_alive() and "b" not in result  # B still waits for `late`
+    hvd.barrier(name="stall.release")  # `late` waits here until A has trained
+    if rank == late:
+        got = hvd.allreduce(tf.constant([float(rank + 1)]), op=hvd.Sum, process_set=b,
+                            name="stall.b").numpy()
+        np.testing.assert_allclose(got, [sum(b_value)])
+    if pending is not None:
+        pending.join(timeout=60)
+        assert not pending.is_alive(), "set B did not complete after its tensor was released"
+        np.testing.assert_allclose(result["b"], [sum(b_value)])
+
+
+def test_tape_and_keras_training_on_a_set_match_one_process(sets):
+    """The set's members train on their shares of each batch; the weights
+    equal one process's full-batch SGD (NumPy). Others do not take part."""
+    ps = max(sets, key=lambda s: s.size())
+    if not ps.included():
+        return
+    n, i = ps.size(), ps.rank()
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(6 * n, 3)).astype(np.float32)
+    y = rng.normal(size=(6 * n, 1)).astype(np.float32)
+    w0 = rng.normal(size=(3, 1)).astype(np.float32)
+    share = slice(6 * i, 6 * (i + 1))
+    w_ref = w0.copy()
+    for _ in range(3):  # full-batch SGD on the mean squared error
+        w_ref -= 0.1 * 2 * x.T @ (x @ w_ref - y) / len(x)
+
+    w = tf.Variable(w0 + hvd.rank())  # the broadcast below makes every member start from w0
+    hvd.broadcast_variables([w], root_rank=ps.ranks[0], process_set=ps)
+    for _ in range(3):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.matmul(x[share], w) - y[share]))
+        tape = hvd.DistributedGradientTape(tape, process_set=ps)
+        (grad,) = tape.gradient(loss, [w])
+        w.assign_sub(0.1 * grad)
+    np.testing.assert_allclose(w.numpy(), w_ref, rtol=1e-4, atol=1e-6)
+
+    import keras
+    import tf_ring.keras as hvd_keras
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, use_bias=False)])
+    model.layers[0].kernel.assign(w0 + ps.rank())  # the callback broadcasts the first member's
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), process_set=ps)
+    model.compile(optimizer=opt, loss="mse")
+    callback = hvd_keras.callbacks.BroadcastGlobalVariablesCallback(ps.ranks[0], process_set=ps)
+    model.fit(x[share], y[share], batch_size=6, epochs=3, shuffle=False, verbose=0,
+              callbacks=[callback])
+    np.testing.assert_allclose(model.layers[0].kernel.numpy(), w_ref, rtol=1e-4, atol=1e-6)
+
+    logs = {"value": float(hvd.rank())}
+    hvd_keras.callbacks.MetricAverageCallback(process_set=ps).on_epoch_end(0, logs)
+    assert logs["value"] == pytest.approx(np.mean(ps.ranks))
+
+
+def test_v1_optimizer_and_hook_on_a_set(sets):
+    ps = max(sets, key=lambda s: s.size())
+    if not ps.included():
+        return
+    with tf.Graph().as_default():
+        v = tf.compat.v1.get_variable("v", initializer=np.float32(hvd.rank() + 1.0))
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                                       process_set=ps)
+        train = opt.minimize(v * float(hvd.rank()))  # gradient: this rank's number
+        hook = hvd.BroadcastGlobalVariablesHook(root_rank=ps.ranks[-1], process_set=ps)
+        hook.begin()
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            hook.after_create_session(session, None)
+            assert session.run(v) == ps.ranks[-1] + 1.0
+            session.run(train)
+            assert session.run(v) == pytest.approx(ps.ranks[-1] + 1.0 - np.mean(ps.ranks))
+
+
+def test_a_rank_outside_the_set_gets_invalid_argument(sets):
+    rank = hvd.rank()
+    outside = next(ps for ps in sets if not ps.included())
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        hvd.allreduce(tf.ones(2), process_set=outside, name="outside.tensor")
+    text = str(info.value)
+    assert "'outside.tensor'" in text and "this rank (%d)" % rank in text
+    assert "ranks %s" % ", ".join(map(str, outside.ranks)) in text and "included()" in text
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not a member"):
+        tf.function(lambda: hvd.allgather(tf.ones([1]), process_set=outside))()
+
+
+def test_broadcast_root_outside_the_set(sets):
+    ps = next(s for s in mine(sets))
+    other = next(r for r in range(hvd.size()) if r not in ps.ranks)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="root_rank %d is not a member" % other):
+        hvd.broadcast(tf.ones(2), root_rank=other, process_set=ps, name="bad.root")
+
+
+def test_unregistered_sets_and_bad_ranks_raise_value_error(sets):
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(tf.ones(2), process_set=hvd.ProcessSet([0]))
+    fake = hvd.ProcessSet([0])
+    fake.process_set_id = 10
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(tf.ones(2), process_set=fake)
+    with pytest.raises(ValueError, match=r"rank\(s\) 1 appear more than once"):
+        hvd.ProcessSet([0, 1, 1])
+    with pytest.raises(ValueError, match="remove_process_set: the global process set"):
+        hvd.remove_process_set(hvd.global_process_set)
+    with pytest.raises(RuntimeError, match="TF_RING_DYNAMIC_PROCESS_SETS=1"):
+        hvd.add_process_set([0])
+    with pytest.raises(NotImplementedError, match="global process set only"):
+        hvd.join(process_set=sets[0])
+
+
+def test_init_errors_out_of_range_and_ranks_that_disagree(sets):
+    size, rank = hvd.size(), hvd.rank()
+    try:
+        with pytest.raises(ValueError, match="rank %d is out of range" % size):
+            restart([hvd.ProcessSet([0, size])])
+        with pytest.raises(ValueError, match="set of ranks 0, 1 appears twice"):
+            restart([hvd.ProcessSet([2 % size]), hvd.ProcessSet([0, 1]), hvd.ProcessSet([1, 0])])
+        assert hvd.process_sets() == [hvd.global_process_set]  # all or nothing
+        # Rank 0 passes one list, the others another: every rank fails alike.
+        theirs = [hvd.ProcessSet([0])] if rank == 0 else [hvd.ProcessSet([1])]
+        with pytest.raises(ValueError, match="do not match across ranks") as info:
+            restart(theirs)
+        assert "rank 0: add [[0]]" in str(info.value) and "rank 1: add [[1]]" in str(info.value)
+    finally:
+        restart(sets)
+    assert [ps.process_set_id for ps in sets] == [1, 2, 3]
+
+
+def test_a_stall_inside_a_set_is_reported_with_engine_ranks(sets, capfd):
+    """The set's coordinator warns about a tensor some members lack, naming
+    the set and the missing member by its engine rank."""
+    import os
+    import time
+    a_ranks, b_ranks, late = STALL[hvd.size()]
+    os.environ["TF_RING_STALL_CHECK_TIME_SECONDS"] = "0.2"
+    try:
+        restart(sets)
+        b = next(ps for ps in sets if ps.ranks == b_ranks)
+        coordinator = b.ranks[0]
+        if hvd.rank() == coordinator:
+            thread = threading.Thread(target=lambda: hvd.allreduce(
+                tf.ones(1), process_set=b, name="stall.warned"), daemon=True)
+            thread.start()
+            expected = ("process set %d (ranks %s): stall: tensor 'stall.warned'"
+                        % (b.process_set_id, ", ".join(map(str, b.ranks))))
+            seen, deadline = "", time.monotonic() + 30
+            while expected not in seen and time.monotonic() < deadline:
+                time.sleep(0.05)
+                seen += capfd.readouterr().err
+            assert expected in seen, seen[-2000:]
+            assert "missing on rank(s) %d" % late in seen.split(expected)[1].split("\n")[0]
+        hvd.barrier(name="stall.warned.release")
+        if hvd.rank() == late:
+            hvd.allreduce(tf.ones(1), process_set=b, name="stall.warned")
+        if hvd.rank() == coordinator:
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+        hvd.barrier(name="stall.warned.done")  # no rank shuts down while B still runs
+    finally:
+        os.environ.pop("TF_RING_STALL_CHECK_TIME_SECONDS")
+        restart(sets)
