@@ -78,3 +78,24 @@ def test_version_mismatch_refuses_with_rebuild_hint():
     message = str(info.value)
     assert "built against TensorFlow 0.0.1" in message
     assert "pip install --no-build-isolation --force-reinstall" in message
+
+
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_sync_batch_norm_at_top_level_loads_keras_only_when_asked(legacy):
+    """Horovod has SyncBatchNormalization in horovod.tensorflow too; here it is
+    tf_ring.keras's class (of the Keras flavour in use), and the collectives
+    alone never import the Keras side."""
+    result = run_python("""
+        import os, sys
+        os.environ["TF_USE_LEGACY_KERAS"] = "%s"
+        import tensorflow as tf, tf_ring as hvd
+        hvd.allreduce, hvd.DistributedGradientTape
+        print("before:", "tf_ring.keras" in sys.modules)
+        import tf_ring.keras
+        assert hvd.SyncBatchNormalization is tf_ring.keras.SyncBatchNormalization
+        assert isinstance(hvd.SyncBatchNormalization(axis=1), tf.keras.layers.BatchNormalization)
+        assert "SyncBatchNormalization" in hvd.__all__
+        print("ok")
+    """ % legacy)
+    assert result.returncode == 0, result.stderr
+    assert "before: False" in result.stdout and "ok" in result.stdout

@@ -37,7 +37,10 @@ _API = {
                             "rank_op", "size_op"],
 }
 _HOME = {name: module for module, names in _API.items() for name in names}
-__all__ = sorted(_HOME) + ["__version__"]
+# Public names that need Keras: loaded only when asked for, so that
+# `import tf_ring` and the collectives never import Keras.
+_KERAS_HOME = {"SyncBatchNormalization": "tf_ring.keras._sync_batch_norm"}
+__all__ = sorted(list(_HOME) + list(_KERAS_HOME)) + ["__version__"]
 
 
 def _load_api():
@@ -51,10 +54,11 @@ def __getattr__(name):
     if name == "__version__":
         from tf_ring._build_info import tf_ring_version
         return tf_ring_version()
-    if name not in _HOME:
+    home = _HOME.get(name) or _KERAS_HOME.get(name)
+    if home is None:
         raise AttributeError("module 'tf_ring' has no attribute %r" % name)
     _load_api()
-    value = getattr(importlib.import_module(_HOME[name]), name)
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 

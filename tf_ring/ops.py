@@ -1,5 +1,6 @@
 """The collectives as TensorFlow ops, usable in eager, tf.function and v1 graphs."""
 import re
+import weakref
 
 import tensorflow as tf
 
@@ -34,11 +35,28 @@ def _auto_name(prefix, tensor, name):
     on every rank running the same code. Eagerly there is no such name, so
     unnamed eager collectives share one name per op and run one at a time.
     """
-    if name:
-        return _normalize_name(name)
     if tf.executing_eagerly():
-        return prefix + ".eager"
-    return "%s_%s" % (prefix, _normalize_name(tensor.name))
+        return _normalize_name(name) if name else prefix + ".eager"
+    base = _normalize_name(name) if name else "%s_%s" % (prefix, _normalize_name(tensor.name))
+    return _unique_in_graph(base)
+
+
+# Collective names handed out in each graph. As TF does with node names (and
+# Horovod with the collective names it takes from them), a second collective
+# of the same tensor, or with the same name=, in one graph gets name_1, ...:
+# both can then be in flight in one step. Every rank builds the same graph in
+# the same order, so every rank derives the same names.
+_GRAPH_NAMES = weakref.WeakKeyDictionary()
+
+
+def _unique_in_graph(base):
+    used = _GRAPH_NAMES.setdefault(tf.compat.v1.get_default_graph(), set())
+    candidate, suffix = base, 0
+    while candidate in used:
+        suffix += 1
+        candidate = "%s_%d" % (base, suffix)
+    used.add(candidate)
+    return candidate
 
 
 def _check_dtype(what, tensor, allowed, name):

@@ -84,6 +84,21 @@ class DistributedGradientTape:
             process_set=self._process_set)
         return tf.nest.pack_sequence_as(grads, reduced)
 
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       use_generic_names=False):
+        """Horovod's split view of gradient(): two lists of (variable, gradient)
+        pairs, in the order of `sources`: first the local sources' (this rank's
+        own gradient, divided by size() when scale_local_gradients), then the
+        others' (reduced over ranks). Each call runs gradient() once, so call it
+        on a persistent tape if gradient() was called before."""
+        grads = self.gradient(target, sources, output_gradients=output_gradients,
+                              use_generic_names=use_generic_names)
+        local_pairs, global_pairs = [], []
+        for var, grad in zip(tf.nest.flatten(sources), tf.nest.flatten(grads)):
+            pairs = local_pairs if variable_key(var) in self._local_keys else global_pairs
+            pairs.append((var, grad))
+        return local_pairs, global_pairs
+
 
 def local_layer_variables(local_layers, what):
     """The trainable variables of `local_layers` (one Keras layer or a list)."""

@@ -157,6 +157,40 @@ def test_v1_graph_session():
     np.testing.assert_allclose(b, [2.0] * 3)
 
 
+def test_same_tensor_or_name_twice_in_one_graph():
+    """Two collectives of one tensor, or two with one name=, in one graph step
+    (as Horovod allows: TF makes node names unique and so do collective names):
+    both in flight at once, each with its own result."""
+    inputs = all_inputs((5,), tf.float32, seed=41)
+    others = all_inputs((5,), tf.float32, seed=42)
+
+    def build(x, y):
+        return (hvd.allreduce(x, op=hvd.Sum), hvd.allreduce(x, op=hvd.Max),
+                hvd.allgather(x), hvd.allgather(x),
+                hvd.allreduce(x, op=hvd.Sum, name="same"), hvd.allreduce(y, op=hvd.Min, name="same"))
+
+    def check(outs):
+        s, mx, g1, g2, named_sum, named_min = [np.asarray(o) for o in outs]
+        tol = tolerance(tf.float32)
+        for actual, expected in [(s, expected_reduction(inputs, hvd.Sum, tf.float32)),
+                                 (mx, expected_reduction(inputs, hvd.Max, tf.float32)),
+                                 (named_sum, expected_reduction(inputs, hvd.Sum, tf.float32)),
+                                 (named_min, expected_reduction(others, hvd.Min, tf.float32))]:
+            np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
+        np.testing.assert_array_equal(g1, np.concatenate(inputs))
+        np.testing.assert_array_equal(g2, np.concatenate(inputs))
+
+    x, y = tf.constant(inputs[hvd.rank()]), tf.constant(others[hvd.rank()])
+    step = tf.function(build)
+    for _ in range(2):  # the second call runs the traced graph again
+        check([o.numpy() for o in step(x, y)])
+    with tf.Graph().as_default():
+        outs = build(tf.constant(inputs[hvd.rank()]), tf.constant(others[hvd.rank()]))
+        with tf.compat.v1.Session() as sess:
+            for _ in range(2):
+                check(sess.run(outs))
+
+
 def test_allreduce_gradient_is_allreduce_of_gradient():
     w = tf.Variable(tf.ones(4))
     c = tf.constant(np.arange(4, dtype=np.float32) + hvd.rank())

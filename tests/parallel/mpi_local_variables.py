@@ -126,3 +126,63 @@ def test_v1_optimizer_register_local_var():
             shared_grad, local_grad = session.run(grads)
     np.testing.assert_allclose(shared_grad, np.mean(own) * 2 * 0.5, rtol=1e-6)
     np.testing.assert_allclose(local_grad, own[hvd.rank()] * 3.0 / hvd.size(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "tf_function"])
+@pytest.mark.parametrize("scale_local_gradients", [True, False])
+def test_get_local_and_global_gradients(in_function, scale_local_gradients):
+    """Horovod's split of gradient(): (variable, gradient) pairs in source
+    order, local sources first (own gradient, / size when scaled), the rest
+    averaged over ranks; the same values gradient() gives on the same tape."""
+    own = [np.float32(r + 1) for r in range(hvd.size())]
+    shared = tf.Variable(np.float32(0.5), name="shared")
+    local = tf.Variable(np.float32(1.5), name="local")
+    other = tf.Variable(np.float32(-2.0), name="other")
+    sources = [shared, local, other]
+    names = []  # the pairs' variables, recorded while the step runs (or is traced)
+
+    def split():
+        with tf.GradientTape(persistent=True) as tape:
+            loss = own[hvd.rank()] * (shared * shared + 3.0 * local + other * other * other)
+        tape = hvd.DistributedGradientTape(tape, scale_local_gradients=scale_local_gradients)
+        tape.register_local_source(local)
+        full = tape.gradient(loss, sources)
+        local_pairs, global_pairs = tape.get_local_and_global_gradients(loss, sources)
+        names.append(([v.name for v, _ in local_pairs], [v.name for v, _ in global_pairs]))
+        return full, [g for _, g in local_pairs], [g for _, g in global_pairs]
+
+    if in_function:
+        split = tf.function(split)
+    full, local_grads, global_grads = split()
+    assert names == [([local.name], [shared.name, other.name])]
+    mean_own = np.mean(own)
+    expected_local = own[hvd.rank()] * 3.0 / (hvd.size() if scale_local_gradients else 1)
+    np.testing.assert_allclose(local_grads[0].numpy(), expected_local, rtol=1e-6)
+    np.testing.assert_allclose([g.numpy() for g in global_grads],
+                               [mean_own * 2 * 0.5, mean_own * 3 * 4.0], rtol=1e-6)
+    np.testing.assert_allclose([g.numpy() for g in full],
+                               [mean_own * 1.0, expected_local, mean_own * 12.0], rtol=1e-6)
+
+
+def test_partial_tape_get_local_and_global_gradients_by_layer():
+    """The Keras layers given as local_layers are the local half of the split."""
+    x, _ = cases.global_data(1, seed=37)
+    model = cases.make_partial_model(keras, hvd.rank())
+    head = model.layers[-1]
+    xb = cases.shard(x)[:cases.PER_RANK_BATCH]
+    with tf.GradientTape(persistent=True) as tape:
+        loss = tf.reduce_sum(model(xb, training=True))
+    plain = tape.gradient(loss, model.trainable_variables)
+    tape = hvd.PartialDistributedGradientTape(tape, local_layers=[head])
+    local_pairs, global_pairs = tape.get_local_and_global_gradients(
+        loss, model.trainable_variables)
+    head_ids = [id(v) for v in head.trainable_weights]
+    assert [id(v) for v, _ in local_pairs] == head_ids
+    assert len(global_pairs) == len(model.trainable_variables) - len(head_ids)
+    plain_by_id = {id(v): g.numpy() for v, g in zip(model.trainable_variables, plain)}
+    for var, grad in local_pairs:
+        np.testing.assert_allclose(grad.numpy(), plain_by_id[id(var)] / hvd.size(), rtol=1e-6)
+    every_rank = hvd.allgather_object([plain_by_id[id(v)] for v, _ in global_pairs])
+    for i, (_, grad) in enumerate(global_pairs):
+        expected = np.mean([per_rank[i] for per_rank in every_rank], axis=0)
+        np.testing.assert_allclose(grad.numpy(), expected, rtol=1e-5, atol=1e-6)
