@@ -6,18 +6,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/c_api_message.h"
 #include "common/engine.h"
 #include "common/mpi_context.h"
 
+using tf_ring::CopyMessage;
 using tf_ring::Engine;
-
-namespace {
-void CopyMessage(const std::string& msg, char* out, int out_len) {
-  if (!out || out_len <= 0) return;
-  std::strncpy(out, msg.c_str(), out_len - 1);
-  out[out_len - 1] = '\0';
-}
-}  // namespace
 
 extern "C" {
 

@@ -14,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "common/c_api_message.h"
 #include "common/device_transport.h"
 #include "common/engine.h"
 
+using tf_ring::CopyMessage;
 using tf_ring::DataType;
 using tf_ring::Engine;
 using tf_ring::OpType;
@@ -53,12 +55,6 @@ int64_t g_next_handle = 1;
 thread_local bool t_grouping = false;
 thread_local std::vector<TensorEntry> t_group_entries;
 thread_local std::vector<Request> t_group_requests;
-
-void CopyMessage(const std::string& msg, char* out, int out_len) {
-  if (!out || out_len <= 0) return;
-  std::strncpy(out, msg.c_str(), out_len - 1);
-  out[out_len - 1] = '\0';
-}
 
 std::shared_ptr<Handle> Find(int64_t id) {
   std::lock_guard<std::mutex> lock(g_mu);

@@ -3,17 +3,11 @@
 #include <cstring>
 #include <vector>
 
+#include "common/c_api_message.h"
 #include "common/engine.h"
 
+using tf_ring::CopyMessage;
 using tf_ring::Engine;
-
-namespace {
-void CopyMessage(const std::string& msg, char* out, int out_len) {
-  if (!out || out_len <= 0) return;
-  std::strncpy(out, msg.c_str(), out_len - 1);
-  out[out_len - 1] = '\0';
-}
-}  // namespace
 
 extern "C" {
 
