@@ -172,6 +172,28 @@ def test_indexed_slices_average_over_the_set(sets):
             [np.full((2, 3), (r + 1.0) / ps.size()) for r in ps.ranks]))
 
 
+@pytest.mark.parametrize("dtype", [tf.int8, tf.uint8, tf.int16, tf.uint16])
+def test_small_integer_sums_and_products_wrap_like_numpy(sets, dtype):
+    """A set reduces through MPI ops; Open MPI's AVX component saturates 8/16-bit
+    Sum and Product past 16 elements (open-mpi/ompi#8045): results must wrap,
+    as TensorFlow and NumPy do. 40 elements, values that overflow."""
+    np_dtype = dtype.as_numpy_dtype
+    inputs = {r: (np.arange(40) * 37 + 101 * r + 90).astype(np_dtype) for r in range(hvd.size())}
+    for ps in mine(sets):
+        mine_in = tf.constant(inputs[hvd.rank()])
+        members = [inputs[r] for r in ps.ranks]
+        with np.errstate(over="ignore"):
+            want_sum = np.sum(members, axis=0, dtype=np_dtype)
+            want_prod = np.prod(members, axis=0, dtype=np_dtype)
+        got = hvd.allreduce(mine_in, op=hvd.Sum, process_set=ps, name="wrap.sum")
+        np.testing.assert_array_equal(got.numpy(), want_sum)
+        got = hvd.allreduce(mine_in, op=hvd.Product, process_set=ps, name="wrap.prod")
+        np.testing.assert_array_equal(got.numpy(), want_prod)
+        block = np.array_split(np.arange(40), ps.size())[ps.rank()]
+        got = hvd.reducescatter(mine_in, op=hvd.Sum, process_set=ps, name="wrap.rs")
+        np.testing.assert_array_equal(got.numpy(), want_sum[block])
+
+
 def test_gradients_use_the_same_set(sets):
     for ps in mine(sets):
         x = tf.Variable(rank_input(hvd.rank(), (4,), tf.float32, 3))
