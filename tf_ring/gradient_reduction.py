@@ -58,6 +58,14 @@ def resolve_groups(num_groups, groups):
     return groups
 
 
+def _scaled(grad, factor):
+    """grad times factor, tf.IndexedSlices kept sparse."""
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype), grad.indices,
+                                grad.dense_shape)
+    return grad * tf.cast(factor, grad.dtype)
+
+
 def predivide_scales(op, gradient_predivide_factor):
     """(prescale, postscale) that split Average's division around the sum."""
     if gradient_predivide_factor != 1.0 and op == Average:
@@ -75,8 +83,14 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_
     tf.IndexedSlices are densified when sparse_as_dense, else reduced through
     allgather of values and indices (the pre/postscale pair, which only splits
     Average's division, is not applied to them: the result is the same).
+    On a rank outside `process_set` the gradients stay this rank's own (as
+    Horovod's tape and optimizers do), scaled like a reduction over itself:
+    a set's optimizer or tape can then run on every rank.
     """
     grads = list(grads)
+    if not process_set.included():
+        scale = prescale_factor * postscale_factor
+        return [g if g is None or scale == 1.0 else _scaled(g, scale) for g in grads]
     results = list(grads)
     eager = tf.executing_eagerly()
     dense = []

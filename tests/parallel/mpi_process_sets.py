@@ -224,6 +224,37 @@ def test_tape_keeps_local_sources_local_scaled_by_the_set_size(sets):
         np.testing.assert_allclose(grad_v.numpy(), b / ps.size(), rtol=1e-6)
 
 
+def test_tape_and_optimizers_of_a_set_keep_a_non_members_own_gradient(sets):
+    """Horovod's tape and optimizers run on every rank: members average over
+    the set, others keep their own gradient (Horovod's test_distributed_
+    gradient_tape_process_sets and test_legacy_DistributedOptimizer_process_sets)."""
+    import keras
+    a = {r: rank_input(r, (3,), tf.float32, 50) for r in range(hvd.size())}
+    for ps in sets:  # ascending ids: the order every member calls them in
+        expected = np.mean([a[r] for r in ps.ranks], 0) if ps.included() else a[hvd.rank()]
+        w = tf.Variable(np.zeros(3, np.float32))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * a[hvd.rank()])
+        tape = hvd.DistributedGradientTape(tape, process_set=ps, gradient_predivide_factor=2.0)
+        (grad,) = tape.gradient(loss, [w])
+        np.testing.assert_allclose(grad.numpy(), expected, rtol=1e-6, atol=1e-6)
+
+        kernel = keras.Variable(np.zeros(3, np.float32))
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), process_set=ps)
+        opt.apply([tf.constant(a[hvd.rank()])], [kernel])
+        np.testing.assert_allclose(np.asarray(kernel.numpy()), -expected, rtol=1e-6, atol=1e-6)
+
+        with tf.Graph().as_default():
+            v = tf.compat.v1.get_variable("v", initializer=np.zeros(3, np.float32))
+            opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                                           process_set=ps)
+            train = opt.minimize(tf.reduce_sum(v * a[hvd.rank()]))
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                session.run(train)
+                np.testing.assert_allclose(session.run(v), -expected, rtol=1e-6, atol=1e-6)
+
+
 def test_each_set_caches_and_fuses_on_its_own(sets):
     for ps in mine(sets):
         members = ps.ranks

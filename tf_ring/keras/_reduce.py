@@ -18,7 +18,13 @@ def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, 
     In a graph each collective is named after its gradient tensor, which is
     unique in the graph and identical on every rank. Eagerly (run_eagerly=True)
     there is no such name, so each gets one from its position and variable.
+    On a rank outside `process_set` each gradient stays this rank's own,
+    scaled like a reduction over itself (as Horovod's optimizer does).
     """
+    if process_set is not None and not process_set.included():
+        scale = prescale_factor * postscale_factor
+        return [None if g is None else to_dense(g) if scale == 1.0
+                else to_dense(g) * tf.cast(scale, g.dtype) for g in grads]
     eager = tf.executing_eagerly()
     reduced = []
     for index, (grad, var) in enumerate(zip(grads, variables)):
