@@ -50,8 +50,8 @@ class ProcessSet:
         return rank() in self.ranks
 
     def _invalidate(self):
+        # The ranks stay, so a removed set can be added again (as in Horovod).
         self.process_set_id = None
-        self._ranks = None
 
     def __eq__(self, other):
         return (isinstance(other, ProcessSet) and self.process_set_id == other.process_set_id

@@ -60,6 +60,17 @@ def test_add_use_and_remove_sets():
     assert hvd.process_sets() == [hvd.global_process_set]
 
 
+def test_a_removed_set_keeps_its_ranks_and_can_be_added_again():
+    size = hvd.size()
+    ps = hvd.add_process_set(list(range(1, size)))
+    hvd.remove_process_set(ps)
+    assert ps.process_set_id is None and ps.ranks == list(range(1, size))
+    assert hvd.add_process_set(ps) is ps and ps.process_set_id is not None
+    assert hvd.process_sets() == [hvd.global_process_set, ps]
+    summed_ranks(ps, "dyn.readded")
+    hvd.remove_process_set(ps)
+
+
 def test_a_set_added_later_trains_while_the_global_set_runs():
     size, rank = hvd.size(), hvd.rank()
     ps = hvd.add_process_set([0, 1])
