@@ -88,7 +88,7 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_
     a set's optimizer or tape can then run on every rank.
     """
     grads = list(grads)
-    if not process_set.included():
+    if process_set is not global_process_set and not process_set.included():
         scale = prescale_factor * postscale_factor
         return [g if g is None or scale == 1.0 else _scaled(g, scale) for g in grads]
     results = list(grads)

@@ -2,6 +2,7 @@
 import tensorflow as tf
 
 from tf_ring import ops
+from tf_ring.process_set import global_process_set
 
 
 def to_dense(grad):
@@ -21,7 +22,8 @@ def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, 
     On a rank outside `process_set` each gradient stays this rank's own,
     scaled like a reduction over itself (as Horovod's optimizer does).
     """
-    if process_set is not None and not process_set.included():
+    if (process_set is not None and process_set is not global_process_set
+            and not process_set.included()):
         scale = prescale_factor * postscale_factor
         return [None if g is None else to_dense(g) if scale == 1.0
                 else to_dense(g) * tf.cast(scale, g.dtype) for g in grads]
