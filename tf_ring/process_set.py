@@ -27,6 +27,8 @@ class ProcessSet:
     def __init__(self, ranks_or_comm):
         self.process_set_id = None
         self._ranks = _ranks_from(ranks_or_comm)
+        self.mpi_comm = None if isinstance(ranks_or_comm, (list, tuple, range, type(None))) \
+            else ranks_or_comm
 
     @property
     def ranks(self):
@@ -61,8 +63,15 @@ class ProcessSet:
         return hash((self.process_set_id, tuple(self._ranks or ())))
 
     def __repr__(self):
-        shown = "all" if self.process_set_id == 0 else self._ranks
-        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, shown)
+        # Horovod's format; the global set lists every rank once init() ran.
+        shown = self._ranks
+        if self.process_set_id == 0:
+            try:
+                shown = list(range(size()))
+            except Exception:  # before init(): the size is not known yet
+                shown = "all"
+        return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)" % (
+            self.process_set_id, shown, self.mpi_comm)
 
 
 def _ranks_from(ranks_or_comm):

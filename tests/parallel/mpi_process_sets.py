@@ -50,12 +50,15 @@ def test_registration_ids_and_queries(sets):
     assert [ps.process_set_id for ps in sets] == [1, 2, 3]
     assert hvd.process_sets() == [hvd.global_process_set] + sets
     assert hvd.global_process_set.ranks == list(range(size))
+    assert repr(hvd.global_process_set) == \
+        "ProcessSet(process_set_id=0, ranks=%s, mpi_comm=None)" % list(range(size))
     for ps, ranks in zip(sets, SET_RANKS[size]):
         assert ps.ranks == ranks and ps.size() == len(ranks)
         assert ps.included() is (rank in ranks)
         assert ps.rank() == (ranks.index(rank) if rank in ranks else -1)
         assert hvd.process_set_by_id(ps.process_set_id) is ps
-        assert "ranks=%s" % ranks in repr(ps)
+        assert repr(ps) == "ProcessSet(process_set_id=%d, ranks=%s, mpi_comm=None)" % (
+            ps.process_set_id, ranks)
         assert int(hvd.size_op(process_set_id=ps.process_set_id)) == len(ranks)
         included = tf.function(lambda i=ps.process_set_id: hvd.process_set_included_op(i))
         assert int(included()) == (rank in ranks)
@@ -68,7 +71,8 @@ def test_process_set_from_an_mpi4py_communicator(sets):
         member = hvd.rank() in ranks
         comm = MPI.COMM_WORLD.Split(0 if member else MPI.UNDEFINED, hvd.rank())
         if member:
-            assert hvd.ProcessSet(comm).ranks == ranks
+            from_comm = hvd.ProcessSet(comm)
+            assert from_comm.ranks == ranks and from_comm.mpi_comm is comm
             comm.Free()
         else:
             with pytest.raises(ValueError, match="not in the communicator"):
