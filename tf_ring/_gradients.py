@@ -64,25 +64,33 @@ def _alltoall_grad(op, grad, _received_splits_grad):
     return [returned, None]
 
 
-@tf.RegisterGradient("TfRingReducescatter")
-def _reducescatter_grad(op, grad):
-    # Horovod's convention, chosen so that allgather(reducescatter(x)) has
-    # allreduce's gradient: gather every block's gradient; Sum also multiplies
-    # by the size. The scale factors apply as in the forward pass.
+def _reducescatter_grad_factor(op, what, process_set):
+    """Horovod's convention, chosen so that allgather(reducescatter(x)) has
+    allreduce's gradient: gather every block's gradient; Sum also multiplies
+    by the size. The scale factors apply as in the forward pass."""
     reduce_op = op.get_attr("reduce_op")
     if reduce_op not in (_ops.Sum, _ops.Average):
-        raise NotImplementedError("the gradient of reducescatter is defined for Sum and Average "
-                                  "only, not %s" % _ops._REDUCE_OP_NAMES[reduce_op])
-    process_set = _process_set(op)
+        raise NotImplementedError("the gradient of %s is defined for Sum and Average only, not %s"
+                                  % (what, _ops._REDUCE_OP_NAMES[reduce_op]))
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if reduce_op == _ops.Sum:
         factor *= process_set.size()
-    gathered = _ops.allgather(grad, process_set=process_set)
+    return factor
+
+
+def _scaled(tensor, factor):
     if factor == 1.0:
-        return gathered
-    if gathered.dtype.is_floating:
-        return gathered * tf.cast(factor, gathered.dtype)
-    return tf.cast(tf.cast(gathered, tf.float64) * factor, gathered.dtype)
+        return tensor
+    if tensor.dtype.is_floating:
+        return tensor * tf.cast(factor, tensor.dtype)
+    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+
+
+@tf.RegisterGradient("TfRingReducescatter")
+def _reducescatter_grad(op, grad):
+    process_set = _process_set(op)
+    factor = _reducescatter_grad_factor(op, "reducescatter", process_set)
+    return _scaled(_ops.allgather(grad, process_set=process_set), factor)
 
 
 @tf.RegisterGradient("TfRingGroupedAllgather")
@@ -107,18 +115,8 @@ def _grouped_allgather_grad(op, *grads):
 @tf.RegisterGradient("TfRingGroupedReducescatter")
 def _grouped_reducescatter_grad(op, *grads):
     # reducescatter's gradient member by member, gathered as one group.
-    reduce_op = op.get_attr("reduce_op")
-    if reduce_op not in (_ops.Sum, _ops.Average):
-        raise NotImplementedError("the gradient of grouped_reducescatter is defined for Sum and "
-                                  "Average only, not %s" % _ops._REDUCE_OP_NAMES[reduce_op])
     from tf_ring.grouped import grouped_allgather
     process_set = _process_set(op)
-    factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if reduce_op == _ops.Sum:
-        factor *= process_set.size()
+    factor = _reducescatter_grad_factor(op, "grouped_reducescatter", process_set)
     grads = [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]
-    gathered = grouped_allgather(grads, process_set=process_set)
-    if factor == 1.0:
-        return gathered
-    return [g * tf.cast(factor, g.dtype) if g.dtype.is_floating
-            else tf.cast(tf.cast(g, tf.float64) * factor, g.dtype) for g in gathered]
+    return [_scaled(g, factor) for g in grouped_allgather(grads, process_set=process_set)]
