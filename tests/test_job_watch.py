@@ -142,3 +142,35 @@ def test_verdict_for_a_daemon_that_never_started():
     assert rc == 255
     assert "host h1 (ranks 2, 3): mpirun could not start or reach its daemon" in message
     assert "ssh h1" in message
+
+
+def test_a_pmix_start_failure_before_any_rank_is_retried_once(monkeypatch, capsys):
+    """mpirun's own PMIx server failing to start (no rank ran) makes the
+    launcher start the job once more; any other failure is final."""
+    from tf_ring.run import launcher
+    said = (b"-----\nThe PMIx server's listener thread failed to start. We cannot\n"
+            b"continue.\n-----\n")
+    runs = []
+
+    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup):
+        runs.append(watch)
+        if len(runs) == 1:
+            pump(watch, [said])
+            return 213
+        return 0
+
+    monkeypatch.setattr(launcher, "_run_job", fake_run_job)
+    assert launcher.main(["-np", "2", "true"]) == 0
+    assert len(runs) == 2 and runs[0] is not runs[1]  # a fresh watch for the second start
+    assert "starting the job once more" in capsys.readouterr().err
+
+    runs.clear()
+
+    def fails_otherwise(cmd, env, np, watch, start_timeout, cleanup):
+        runs.append(watch)
+        pump(watch, [b"some other mpirun error\n"])
+        return 1
+
+    monkeypatch.setattr(launcher, "_run_job", fails_otherwise)
+    assert launcher.main(["-np", "2", "true"]) == 1
+    assert len(runs) == 1

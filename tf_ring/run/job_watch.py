@@ -135,6 +135,11 @@ class JobWatch(object):
         return _by_host((r, self.planned.get(r, "?")) for r in range(self.np)
                         if r not in self.started)
 
+    def mpirun_said(self, text):
+        """Whether `text` (bytes) passed through mpirun's output."""
+        with self._lock:
+            return any(text in bytes(tail) for tail in self._tails.values())
+
     def mpirun_named_hosts(self):
         """Hosts mpirun's own messages said it lost or could not start, in order."""
         names = []

@@ -226,13 +226,29 @@ def main(argv=None):
     cmd = build_command(args, environ=env, token=token)
     if args.verbose:
         _print_plan(args, cmd)
-    watch = None
-    if _watches_status(args):
-        planned = layout.rank_layout(args.np, args.hosts, os.cpu_count() or 1)
-        watch = job_watch.JobWatch(token, args.np, {rank: host for rank, host, _ in planned})
     cleanup = functools.partial(orphan_daemons.stop_orphaned_daemons,
                                 rsh_agent=args.rsh_agent, ssh_port=args.ssh_port)
-    return _run_job(cmd, env, args.np, watch, args.start_timeout, cleanup)
+    for attempt in (1, 2):
+        watch = None
+        if _watches_status(args):
+            planned = layout.rank_layout(args.np, args.hosts, os.cpu_count() or 1)
+            watch = job_watch.JobWatch(token, args.np, {rank: host for rank, host, _ in planned})
+        rc = _run_job(cmd, env, args.np, watch, args.start_timeout, cleanup)
+        if attempt == 1 and rc != 0 and watch and _mpirun_failed_to_start_itself(watch):
+            print("tfringrun: mpirun's own PMIx server failed to start before any rank ran "
+                  "(a transient Open MPI start-up failure); starting the job once more",
+                  file=sys.stderr)
+            continue
+        return rc
+
+
+# Open MPI's launcher sometimes cannot start its PMIx server at all (seen
+# rarely in CI); nothing of the job ran, so starting it again is safe.
+_PMIX_START_FAILURE = b"PMIx server's listener thread failed to start"
+
+
+def _mpirun_failed_to_start_itself(watch):
+    return not watch.started and watch.mpirun_said(_PMIX_START_FAILURE)
 
 
 # Signals that stop the job: the launcher passes them on to mpirun, which
