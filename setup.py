@@ -107,10 +107,9 @@ def _is_gpu_source(path):
     """Files a CPU build leaves out: the engine's CUDA/NCCL transport and the
     TensorFlow GPU kernels."""
     rel = os.path.relpath(path, HERE) if os.path.isabs(path) else path
-    parts = rel.replace(os.sep, "/").split("/")
-    name = parts[-1]
-    return ("gpu" in parts[:-1] or name.startswith("nccl_") or
-            (parts[:2] == ["cc", "tensorflow"] and name.startswith("gpu_")))
+    rel = rel.replace(os.sep, "/")
+    return (rel.startswith(("cc/common/transport/gpu/", "cc/common/collectives/nccl/")) or
+            rel.startswith("cc/tensorflow/gpu_"))
 
 
 def _site_dirs():

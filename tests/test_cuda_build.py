@@ -23,10 +23,11 @@ def load_setup_functions():
 
 def test_gpu_sources_are_left_out_of_a_cpu_build():
     s = load_setup_functions()
-    gpu = ["cc/common/gpu/cuda_util.cc", "cc/common/collectives/nccl_allreduce.cc",
+    gpu = ["cc/common/transport/gpu/cuda_check.cc", "cc/common/collectives/nccl/nccl_allreduce.cc",
            "cc/tensorflow/gpu_kernels.cc"]
-    cpu = ["cc/common/engine.cc", "cc/common/collectives/allreduce.cc", "cc/tensorflow/kernels.cc",
-           "cc/common/device_transport.cc"]
+    cpu = ["cc/common/engine.cc", "cc/common/collectives/mpi/allreduce.cc", "cc/tensorflow/kernels.cc",
+           "cc/common/transport/device_transport.cc"]
+    assert all(os.path.exists(os.path.join(ROOT, p)) for p in gpu + cpu)
     assert [p for p in gpu if s["_is_gpu_source"](p)] == gpu
     assert [p for p in cpu if s["_is_gpu_source"](p)] == []
 

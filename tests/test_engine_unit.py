@@ -6,9 +6,10 @@ import subprocess
 
 from conftest import REPO
 
-SOURCES = ["tests/cc/engine_unit_test.cc", "cc/common/message.cc", "cc/common/coordinator.cc",
-           "cc/common/dtype.cc", "cc/common/hierarchical_choice.cc",
-           "cc/common/process_set_change.cc"]
+SOURCES = ["tests/cc/engine_unit_test.cc", "cc/common/base/message.cc",
+           "cc/common/negotiation/coordinator.cc", "cc/common/base/dtype.cc",
+           "cc/common/transport/hierarchical_choice.cc",
+           "cc/common/process_sets/process_set_change.cc"]
 
 
 def test_engine_unit(tmp_path):

@@ -45,7 +45,7 @@ def _engine_level_name(levelno):
 
 
 class EngineStyleFormatter(logging.Formatter):
-    """Formats records exactly like the engine's Log() in cc/common/logging.cc."""
+    """Formats records exactly like the engine's Log() in cc/common/observability/logging.cc."""
 
     def __init__(self, rank):
         super().__init__()

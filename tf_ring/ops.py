@@ -120,7 +120,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     """Reduces `tensor` over all ranks with `op` (default Average).
 
     op=Adasum combines the ranks' tensors with adaptive summation (see
-    cc/common/collectives/adasum.cc): float16/32/64, power-of-two rank counts.
+    cc/common/collectives/adasum/adasum.cc): float16/32/64, power-of-two rank counts.
 
     prescale_factor multiplies each rank's input before the reduction,
     postscale_factor the result after it. Horovod's deprecated arguments are

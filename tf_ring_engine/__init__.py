@@ -20,7 +20,7 @@ import numpy as np
 _HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARY_PATH = os.environ.get("TF_RING_ENGINE_LIB") or os.path.join(_HERE, "libtf_ring_engine.so")
 
-# The engine's enums (cc/common/message.h, cc/common/dtype.h).
+# The engine's enums (cc/common/base/message.h, cc/common/base/dtype.h).
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, JOIN = 0, 1, 2, 3, 4, 5
 Sum, Average, Min, Max, Product = 0, 1, 2, 3, 4
 DTYPES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6,

@@ -7,17 +7,17 @@
 #include <string>
 #include <unordered_map>
 
-#include "common/controller.h"
-#include "common/fusion.h"
-#include "common/hierarchical_choice.h"
-#include "common/host_layout.h"
-#include "common/logging.h"
-#include "common/mpi_context.h"
-#include "common/mpi_types.h"
+#include "common/negotiation/controller.h"
+#include "common/negotiation/fusion.h"
+#include "common/transport/hierarchical_choice.h"
+#include "common/transport/host_layout.h"
+#include "common/observability/logging.h"
+#include "common/transport/mpi_context.h"
+#include "common/transport/mpi_types.h"
 #include "common/operation_manager.h"
-#include "common/process_set_table.h"
-#include "common/shm_segment.h"
-#include "common/tensor_queue.h"
+#include "common/process_sets/process_set_table.h"
+#include "common/transport/shm_segment.h"
+#include "common/negotiation/tensor_queue.h"
 
 namespace tf_ring {
 

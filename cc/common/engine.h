@@ -12,12 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/autotune.h"
-#include "common/message.h"
-#include "common/stats.h"
-#include "common/status.h"
-#include "common/tensor_entry.h"
-#include "common/timeline.h"
+#include "common/observability/autotune.h"
+#include "common/base/message.h"
+#include "common/observability/stats.h"
+#include "common/base/status.h"
+#include "common/base/tensor_entry.h"
+#include "common/observability/timeline.h"
 
 namespace tf_ring {
 
@@ -77,7 +77,7 @@ class Engine {
   std::vector<ParamChange> param_history();
 
   // True when another rank stopped the engine while this rank still had
-  // collectives pending: that rank left the job early (see c_api.cc).
+  // collectives pending: that rank left the job early (see c_api/c_api.cc).
   bool failed_by_peer() const { return failed_by_peer_.load(); }
 
   Topology topology() const { return topology_; }

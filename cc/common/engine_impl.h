@@ -8,16 +8,16 @@
 #include <string>
 #include <unordered_map>
 
-#include "common/autotune.h"
-#include "common/controller.h"
+#include "common/observability/autotune.h"
+#include "common/negotiation/controller.h"
 #include "common/engine.h"
-#include "common/host_layout.h"
-#include "common/mpi_context.h"
+#include "common/transport/host_layout.h"
+#include "common/transport/mpi_context.h"
 #include "common/operation_manager.h"
-#include "common/process_set_table.h"
-#include "common/shm_segment.h"
-#include "common/tensor_queue.h"
-#include "common/timeline.h"
+#include "common/process_sets/process_set_table.h"
+#include "common/transport/shm_segment.h"
+#include "common/negotiation/tensor_queue.h"
+#include "common/observability/timeline.h"
 
 namespace tf_ring {
 

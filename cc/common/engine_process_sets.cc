@@ -6,8 +6,8 @@
 
 #include "common/engine.h"
 #include "common/engine_impl.h"
-#include "common/logging.h"
-#include "common/process_set_change.h"
+#include "common/observability/logging.h"
+#include "common/process_sets/process_set_change.h"
 
 namespace tf_ring {
 

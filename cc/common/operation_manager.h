@@ -7,13 +7,13 @@
 #include <string>
 
 #include "common/collectives/collectives.h"
-#include "common/device_transport.h"
-#include "common/joined_stand_in.h"
-#include "common/message.h"
-#include "common/mpi_context.h"
-#include "common/stats.h"
-#include "common/tensor_queue.h"
-#include "common/timeline.h"
+#include "common/transport/device_transport.h"
+#include "common/negotiation/joined_stand_in.h"
+#include "common/base/message.h"
+#include "common/transport/mpi_context.h"
+#include "common/observability/stats.h"
+#include "common/negotiation/tensor_queue.h"
+#include "common/observability/timeline.h"
 
 namespace tf_ring {
 

@@ -5,7 +5,7 @@
 // the host must read stay in host memory.
 #include <cuda_runtime_api.h>
 
-#include "common/device_transport.h"
+#include "common/transport/device_transport.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/kernel_factories.h"
 #include "tensorflow/tensor_adapter.h"

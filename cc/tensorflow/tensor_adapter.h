@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "common/status.h"
-#include "common/tensor_entry.h"
+#include "common/base/status.h"
+#include "common/base/tensor_entry.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace tf_ring {

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <string>
 
-#include "common/coordinator.h"
-#include "common/half.h"
-#include "common/hierarchical_choice.h"
-#include "common/message.h"
-#include "common/process_set_change.h"
+#include "common/negotiation/coordinator.h"
+#include "common/base/half.h"
+#include "common/transport/hierarchical_choice.h"
+#include "common/base/message.h"
+#include "common/process_sets/process_set_change.h"
 
 using namespace tf_ring;
 

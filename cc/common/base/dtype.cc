@@ -1,4 +1,4 @@
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tf_ring {
 

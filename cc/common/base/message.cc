@@ -1,6 +1,6 @@
-#include "common/message.h"
+#include "common/base/message.h"
 
-#include "common/wire.h"
+#include "common/base/wire.h"
 
 namespace tf_ring {
 

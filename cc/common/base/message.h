@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tf_ring {
 
@@ -29,7 +29,7 @@ enum class ReduceOp : uint8_t {
   kMin = 2,
   kMax = 3,
   kProduct = 4,
-  kAdasum = 5,  // allreduce of float16/32/64 only; see collectives/adasum.cc
+  kAdasum = 5,  // allreduce of float16/32/64 only; see collectives/adasum/adasum.cc
 };
 
 const char* OpTypeName(OpType op);

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "common/dtype.h"
-#include "common/message.h"
-#include "common/status.h"
+#include "common/base/dtype.h"
+#include "common/base/message.h"
+#include "common/base/status.h"
 
 namespace tf_ring {
 

@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/c_api_message.h"
+#include "common/c_api/c_api_message.h"
 #include "common/engine.h"
-#include "common/mpi_context.h"
+#include "common/transport/mpi_context.h"
 
 using tf_ring::CopyMessage;
 using tf_ring::Engine;

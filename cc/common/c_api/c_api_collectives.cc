@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "common/c_api_message.h"
-#include "common/device_transport.h"
+#include "common/c_api/c_api_message.h"
+#include "common/transport/device_transport.h"
 #include "common/engine.h"
 
 using tf_ring::CopyMessage;

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/c_api_message.h"
+#include "common/c_api/c_api_message.h"
 #include "common/engine.h"
 
 using tf_ring::CopyMessage;

@@ -7,12 +7,12 @@
 #include <chrono>
 #include <vector>
 
-#include "common/host_layout.h"
-#include "common/message.h"
-#include "common/mpi_context.h"
-#include "common/collectives/shm_allreduce.h"
-#include "common/shm_segment.h"
-#include "common/tensor_entry.h"
+#include "common/transport/host_layout.h"
+#include "common/base/message.h"
+#include "common/transport/mpi_context.h"
+#include "common/collectives/shm/shm_allreduce.h"
+#include "common/transport/shm_segment.h"
+#include "common/base/tensor_entry.h"
 
 namespace tf_ring {
 
@@ -67,7 +67,7 @@ constexpr char kMemcpyOut[] = "MEMCPY_OUT_FUSION_BUFFER";
 
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
                     std::vector<TensorEntry>& entries);
-// Adasum allreduce (collectives/adasum.cc); the coordinator admits it only
+// Adasum allreduce (collectives/adasum/adasum.cc); the coordinator admits it only
 // for float16/32/64 on a power-of-two number of ranks.
 Status RunAdasum(const CollectiveContext& ctx, const Response& resp,
                  std::vector<TensorEntry>& entries);

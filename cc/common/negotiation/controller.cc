@@ -1,9 +1,9 @@
-#include "common/controller.h"
+#include "common/negotiation/controller.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "common/logging.h"
+#include "common/observability/logging.h"
 
 namespace tf_ring {
 

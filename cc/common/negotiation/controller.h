@@ -10,11 +10,11 @@
 #include <chrono>
 #include <unordered_map>
 
-#include "common/autotune.h"
-#include "common/coordinator.h"
-#include "common/message.h"
-#include "common/mpi_context.h"
-#include "common/response_cache.h"
+#include "common/observability/autotune.h"
+#include "common/negotiation/coordinator.h"
+#include "common/base/message.h"
+#include "common/transport/mpi_context.h"
+#include "common/negotiation/response_cache.h"
 
 namespace tf_ring {
 

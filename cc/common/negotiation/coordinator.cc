@@ -1,4 +1,4 @@
-#include "common/coordinator.h"
+#include "common/negotiation/coordinator.h"
 
 #include <algorithm>
 #include <map>

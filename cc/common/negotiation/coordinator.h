@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/message.h"
+#include "common/base/message.h"
 
 namespace tf_ring {
 

@@ -1,4 +1,4 @@
-#include "common/fusion.h"
+#include "common/negotiation/fusion.h"
 
 namespace tf_ring {
 

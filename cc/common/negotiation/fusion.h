@@ -8,8 +8,8 @@
 #include <functional>
 #include <vector>
 
-#include "common/message.h"
-#include "common/tensor_queue.h"
+#include "common/base/message.h"
+#include "common/negotiation/tensor_queue.h"
 
 namespace tf_ring {
 

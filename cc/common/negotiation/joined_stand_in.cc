@@ -1,6 +1,6 @@
-#include "common/joined_stand_in.h"
+#include "common/negotiation/joined_stand_in.h"
 
-#include "common/reduce_kernels.h"
+#include "common/reduction/reduce_kernels.h"
 
 namespace tf_ring {
 

@@ -8,8 +8,8 @@
 #include <deque>
 #include <vector>
 
-#include "common/message.h"
-#include "common/tensor_entry.h"
+#include "common/base/message.h"
+#include "common/base/tensor_entry.h"
 
 namespace tf_ring {
 

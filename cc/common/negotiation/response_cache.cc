@@ -1,4 +1,4 @@
-#include "common/response_cache.h"
+#include "common/negotiation/response_cache.h"
 
 namespace tf_ring {
 

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/message.h"
+#include "common/base/message.h"
 
 namespace tf_ring {
 

@@ -1,4 +1,4 @@
-#include "common/tensor_queue.h"
+#include "common/negotiation/tensor_queue.h"
 
 #include <algorithm>
 

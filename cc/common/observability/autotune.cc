@@ -1,4 +1,4 @@
-#include "common/autotune.h"
+#include "common/observability/autotune.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "common/logging.h"
+#include "common/observability/logging.h"
 
 #include <chrono>
 #include <cstdio>

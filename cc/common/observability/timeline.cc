@@ -1,4 +1,4 @@
-#include "common/timeline.h"
+#include "common/observability/timeline.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tf_ring {
 

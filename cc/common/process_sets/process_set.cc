@@ -1,9 +1,9 @@
-#include "common/process_set.h"
+#include "common/process_sets/process_set.h"
 
 #include <algorithm>
 
-#include "common/fusion.h"
-#include "common/logging.h"
+#include "common/negotiation/fusion.h"
+#include "common/observability/logging.h"
 
 namespace tf_ring {
 

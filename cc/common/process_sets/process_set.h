@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "common/controller.h"
-#include "common/mpi_context.h"
+#include "common/negotiation/controller.h"
+#include "common/transport/mpi_context.h"
 #include "common/operation_manager.h"
-#include "common/stats.h"
-#include "common/status.h"
-#include "common/tensor_queue.h"
+#include "common/observability/stats.h"
+#include "common/base/status.h"
+#include "common/negotiation/tensor_queue.h"
 
 namespace tf_ring {
 

@@ -1,4 +1,4 @@
-#include "common/process_set_change.h"
+#include "common/process_sets/process_set_change.h"
 
 #include <string>
 

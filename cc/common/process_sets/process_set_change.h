@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tf_ring {
 

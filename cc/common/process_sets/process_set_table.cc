@@ -1,4 +1,4 @@
-#include "common/process_set_table.h"
+#include "common/process_sets/process_set_table.h"
 
 namespace tf_ring {
 

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "common/process_set.h"
+#include "common/process_sets/process_set.h"
 
 namespace tf_ring {
 

@@ -1,9 +1,9 @@
-#include "common/reduce_kernels.h"
+#include "common/reduction/reduce_kernels.h"
 
 #include <algorithm>
 #include <limits>
 
-#include "common/half.h"
+#include "common/base/half.h"
 
 namespace tf_ring {
 

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "common/dtype.h"
-#include "common/message.h"
+#include "common/base/dtype.h"
+#include "common/base/message.h"
 
 namespace tf_ring {
 

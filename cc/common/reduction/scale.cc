@@ -1,6 +1,6 @@
-#include "common/scale.h"
+#include "common/reduction/scale.h"
 
-#include "common/half.h"
+#include "common/base/half.h"
 
 namespace tf_ring {
 

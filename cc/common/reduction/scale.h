@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tf_ring {
 

@@ -1,9 +1,9 @@
 // Picks the device transport of this build. The one #ifdef between the
-// engine and CUDA: a CPU build compiles none of cc/common/gpu/.
-#include "common/device_transport.h"
+// engine and CUDA: a CPU build compiles none of cc/common/transport/gpu/.
+#include "common/transport/device_transport.h"
 
 #ifdef TF_RING_CUDA
-#include "common/gpu/nccl_transport.h"
+#include "common/transport/gpu/nccl_transport.h"
 #endif
 
 namespace tf_ring {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "common/collectives/collectives.h"
-#include "common/message.h"
-#include "common/mpi_context.h"
-#include "common/tensor_entry.h"
+#include "common/base/message.h"
+#include "common/transport/mpi_context.h"
+#include "common/base/tensor_entry.h"
 
 namespace tf_ring {
 

@@ -1,4 +1,4 @@
-#include "common/hierarchical_choice.h"
+#include "common/transport/hierarchical_choice.h"
 
 namespace tf_ring {
 

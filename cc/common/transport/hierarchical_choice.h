@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tf_ring {
 

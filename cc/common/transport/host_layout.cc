@@ -1,4 +1,4 @@
-#include "common/host_layout.h"
+#include "common/transport/host_layout.h"
 
 #include <algorithm>
 

@@ -8,9 +8,9 @@
 
 #include <vector>
 
-#include "common/hierarchical_choice.h"
-#include "common/mpi_context.h"
-#include "common/status.h"
+#include "common/transport/hierarchical_choice.h"
+#include "common/transport/mpi_context.h"
+#include "common/base/status.h"
 
 namespace tf_ring {
 

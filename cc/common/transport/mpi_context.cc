@@ -1,4 +1,4 @@
-#include "common/mpi_context.h"
+#include "common/transport/mpi_context.h"
 
 #include <chrono>
 #include <cstdlib>

@@ -1,9 +1,9 @@
-#include "common/mpi_types.h"
+#include "common/transport/mpi_types.h"
 
 #include <algorithm>
 #include <cstdint>
 
-#include "common/half.h"
+#include "common/base/half.h"
 
 namespace tf_ring {
 

@@ -5,8 +5,8 @@
 
 #include <mpi.h>
 
-#include "common/dtype.h"
-#include "common/message.h"
+#include "common/base/dtype.h"
+#include "common/base/message.h"
 
 namespace tf_ring {
 

@@ -1,4 +1,4 @@
-#include "common/shm_segment.h"
+#include "common/transport/shm_segment.h"
 
 #include <sched.h>
 

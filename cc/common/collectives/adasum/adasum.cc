@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/collectives/collectives.h"
-#include "common/half.h"
-#include "common/scale.h"
+#include "common/base/half.h"
+#include "common/reduction/scale.h"
 
 namespace tf_ring {
 

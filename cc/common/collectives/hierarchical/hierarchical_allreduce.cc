@@ -1,7 +1,7 @@
 // The network step of the hierarchical allreduce; the in-host steps are the
 // shared-memory allreduce's (shm_allreduce.cc), which calls this per chunk.
 #include "common/collectives/collectives.h"
-#include "common/mpi_types.h"
+#include "common/transport/mpi_types.h"
 
 namespace tf_ring {
 

@@ -3,9 +3,9 @@
 #include <cstring>
 
 #include "common/collectives/collectives.h"
-#include "common/collectives/shm_allreduce.h"
-#include "common/mpi_types.h"
-#include "common/scale.h"
+#include "common/collectives/shm/shm_allreduce.h"
+#include "common/transport/mpi_types.h"
+#include "common/reduction/scale.h"
 
 namespace tf_ring {
 

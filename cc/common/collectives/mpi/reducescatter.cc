@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "common/collectives/collectives.h"
-#include "common/mpi_types.h"
-#include "common/scale.h"
+#include "common/transport/mpi_types.h"
+#include "common/reduction/scale.h"
 
 namespace tf_ring {
 

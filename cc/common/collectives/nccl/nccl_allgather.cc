@@ -2,8 +2,8 @@
 // ncclAllGather when every rank sends the same amount, else one
 // ncclBroadcast per rank (its rows, into their place in every output),
 // grouped so NCCL runs them together. A fused batch is one group.
-#include "common/collectives/nccl_collectives.h"
-#include "common/gpu/cuda_check.h"
+#include "common/collectives/nccl/nccl_collectives.h"
+#include "common/transport/gpu/cuda_check.h"
 
 namespace tf_ring {
 

@@ -3,8 +3,8 @@
 // element is reduced by the same NCCL call either way; fused equals unfused
 // bit for bit whenever NCCL's result does not depend on an element's offset
 // (always for two ranks; for more ranks a ring may sum a chunk in another order).
-#include "common/collectives/nccl_collectives.h"
-#include "common/gpu/cuda_check.h"
+#include "common/collectives/nccl/nccl_collectives.h"
+#include "common/transport/gpu/cuda_check.h"
 
 namespace tf_ring {
 

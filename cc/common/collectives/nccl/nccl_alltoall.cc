@@ -2,8 +2,8 @@
 // j with ncclSend/ncclRecv pairs in one group. The received row counts
 // (output 1) are written from the host: adapters allocate that output in
 // host memory.
-#include "common/collectives/nccl_collectives.h"
-#include "common/gpu/cuda_check.h"
+#include "common/collectives/nccl/nccl_collectives.h"
+#include "common/transport/gpu/cuda_check.h"
 
 namespace tf_ring {
 

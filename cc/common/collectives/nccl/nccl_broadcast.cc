@@ -1,7 +1,7 @@
 // Broadcast over NCCL: the root's input lands in every rank's output. A
 // fused batch is one NCCL group of broadcasts.
-#include "common/collectives/nccl_collectives.h"
-#include "common/gpu/cuda_check.h"
+#include "common/collectives/nccl/nccl_collectives.h"
+#include "common/transport/gpu/cuda_check.h"
 
 namespace tf_ring {
 

@@ -12,9 +12,9 @@
 
 #include <vector>
 
-#include "common/gpu/device_buffer.h"
-#include "common/message.h"
-#include "common/tensor_entry.h"
+#include "common/transport/gpu/device_buffer.h"
+#include "common/base/message.h"
+#include "common/base/tensor_entry.h"
 
 namespace tf_ring {
 

@@ -1,8 +1,8 @@
 // Reducescatter over NCCL with the CPU path's row split (the first
 // rows % size ranks get one extra row): ncclReduceScatter when the split is
 // even, else one ncclReduce per rank onto that rank, grouped.
-#include "common/collectives/nccl_collectives.h"
-#include "common/gpu/cuda_check.h"
+#include "common/collectives/nccl/nccl_collectives.h"
+#include "common/transport/gpu/cuda_check.h"
 
 namespace tf_ring {
 

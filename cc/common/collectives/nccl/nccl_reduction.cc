@@ -3,9 +3,9 @@
 // one pre-multiplication; Min, Max and Product are not, and refuse scaling.
 #include <string>
 
-#include "common/collectives/nccl_collectives.h"
-#include "common/gpu/cuda_check.h"
-#include "common/half.h"
+#include "common/collectives/nccl/nccl_collectives.h"
+#include "common/transport/gpu/cuda_check.h"
+#include "common/base/half.h"
 
 namespace tf_ring {
 

@@ -1,10 +1,10 @@
-#include "common/collectives/shm_allreduce.h"
+#include "common/collectives/shm/shm_allreduce.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "common/reduce_kernels.h"
-#include "common/scale.h"
+#include "common/reduction/reduce_kernels.h"
+#include "common/reduction/scale.h"
 
 namespace tf_ring {
 

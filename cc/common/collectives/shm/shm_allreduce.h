@@ -18,9 +18,9 @@
 #include <functional>
 #include <vector>
 
-#include "common/message.h"
-#include "common/shm_segment.h"
-#include "common/status.h"
+#include "common/base/message.h"
+#include "common/transport/shm_segment.h"
+#include "common/base/status.h"
 
 namespace tf_ring {
 

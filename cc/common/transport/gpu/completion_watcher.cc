@@ -1,6 +1,6 @@
-#include "common/gpu/completion_watcher.h"
+#include "common/transport/gpu/completion_watcher.h"
 
-#include "common/gpu/cuda_check.h"
+#include "common/transport/gpu/cuda_check.h"
 
 namespace tf_ring {
 

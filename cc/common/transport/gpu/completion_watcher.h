@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tensor_entry.h"
+#include "common/base/status.h"
+#include "common/base/tensor_entry.h"
 
 namespace tf_ring {
 

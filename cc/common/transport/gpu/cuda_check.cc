@@ -1,4 +1,4 @@
-#include "common/gpu/cuda_check.h"
+#include "common/transport/gpu/cuda_check.h"
 
 namespace tf_ring {
 

@@ -8,9 +8,9 @@
 
 #include <string>
 
-#include "common/dtype.h"
-#include "common/message.h"
-#include "common/status.h"
+#include "common/base/dtype.h"
+#include "common/base/message.h"
+#include "common/base/status.h"
 
 namespace tf_ring {
 

@@ -1,10 +1,10 @@
-#include "common/gpu/device_buffer.h"
+#include "common/transport/gpu/device_buffer.h"
 
 #include <cuda_runtime_api.h>
 
 #include <string>
 
-#include "common/gpu/cuda_check.h"
+#include "common/transport/gpu/cuda_check.h"
 
 namespace tf_ring {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tf_ring {
 

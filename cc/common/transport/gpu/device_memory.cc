@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "common/device_transport.h"
-#include "common/gpu/cuda_check.h"
+#include "common/transport/device_transport.h"
+#include "common/transport/gpu/cuda_check.h"
 
 namespace tf_ring {
 

@@ -8,7 +8,7 @@
 // it fail too instead of hanging; later GPU collectives then fail at once
 // with the first error. A dead peer surfaces as NCCL's asynchronous error,
 // polled by the watcher, which aborts the same way.
-#include "common/gpu/nccl_transport.h"
+#include "common/transport/gpu/nccl_transport.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -19,11 +19,11 @@
 #include <mutex>
 #include <string>
 
-#include "common/collectives/nccl_collectives.h"
-#include "common/gpu/completion_watcher.h"
-#include "common/gpu/cuda_check.h"
-#include "common/gpu/device_buffer.h"
-#include "common/logging.h"
+#include "common/collectives/nccl/nccl_collectives.h"
+#include "common/transport/gpu/completion_watcher.h"
+#include "common/transport/gpu/cuda_check.h"
+#include "common/transport/gpu/device_buffer.h"
+#include "common/observability/logging.h"
 
 namespace tf_ring {
 

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "common/device_transport.h"
+#include "common/transport/device_transport.h"
 
 namespace tf_ring {
 
