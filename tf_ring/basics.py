@@ -2,14 +2,14 @@
 import atexit
 import ctypes
 
+from tf_ring import process_set as _process_set
 from tf_ring._library import C_API, build_info
 from tf_ring._logging import get_logger
+from tf_ring.topology import (NotInitializedError, _topology, cross_rank, cross_size,
+                              is_homogeneous, is_initialized, local_rank, local_size, rank,
+                              size)
 
 _atexit_registered = False
-
-
-class NotInitializedError(ValueError):
-    """Raised by topology queries made before tf_ring.init()."""
 
 
 def _comm_handle(comm):
@@ -50,8 +50,7 @@ def init(comm=None, process_sets=None):
         atexit.register(C_API.tf_ring_finalize_mpi)
         _atexit_registered = True
     if not was_running:
-        from tf_ring.process_set import _on_init
-        _on_init(process_sets)
+        _process_set._on_init(process_sets)
     elif process_sets is not None:
         raise ValueError("tf_ring.init(process_sets=...): the engine is already running; call "
                          "shutdown() first, or add sets with add_process_set().")
@@ -62,52 +61,6 @@ def init(comm=None, process_sets=None):
 def shutdown():
     """Stops the engine on every rank; ops still pending fail with an error."""
     C_API.tf_ring_shutdown()
-
-
-def is_initialized():
-    return bool(C_API.tf_ring_is_initialized())
-
-
-def _topology():
-    values = (ctypes.c_int * 7)()
-    if C_API.tf_ring_topology(values) != 0:
-        raise NotInitializedError("tf_ring is not initialized: call tf_ring.init() first.")
-    return list(values)
-
-
-def rank():
-    """This process's rank, 0 to size()-1."""
-    return _topology()[0]
-
-
-def size():
-    """Number of ranks in the job."""
-    return _topology()[1]
-
-
-def local_rank():
-    """Rank among the processes on this node."""
-    return _topology()[2]
-
-
-def local_size():
-    """Number of ranks on this node."""
-    return _topology()[3]
-
-
-def cross_rank():
-    """Index of this node among nodes (ranks with this local rank)."""
-    return _topology()[4]
-
-
-def cross_size():
-    """Number of nodes (ranks with this local rank)."""
-    return _topology()[5]
-
-
-def is_homogeneous():
-    """True when every node runs the same number of ranks."""
-    return bool(_topology()[6])
 
 
 def mpi_built():
@@ -161,12 +114,13 @@ STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_bat
 def stats(process_set=None):
     """Engine counters since init() (see README, 'Stats'): those of the
     global set, or of `process_set` when given."""
-    if process_set is not None:
-        from tf_ring.process_set import process_set_stats
-        return process_set_stats(process_set)
     values = (ctypes.c_int64 * len(STAT_NAMES))()
-    count = C_API.tf_ring_stats(values, len(values))
-    return {name: int(values[i]) for i, name in enumerate(STAT_NAMES[:count])}
+    if process_set is None:
+        count = C_API.tf_ring_stats(values, len(values))
+    else:
+        set_id = _process_set.process_set_id_of(process_set, "stats")
+        count = C_API.tf_ring_process_set_stats(set_id, values, len(values))
+    return {name: int(values[i]) for i, name in enumerate(STAT_NAMES[:max(count, 0)])}
 
 
 def reset_stats():

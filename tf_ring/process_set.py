@@ -8,7 +8,7 @@ import ctypes
 import os
 
 from tf_ring._library import C_API
-from tf_ring.basics import rank, size
+from tf_ring.topology import rank, size
 
 _DYNAMIC_ENV = "TF_RING_DYNAMIC_PROCESS_SETS"
 _dynamic = False          # set by init(process_sets="dynamic")
@@ -254,13 +254,3 @@ def remove_process_set(process_set):
         if isinstance(ps, ProcessSet):
             ps._invalidate()
     return True
-
-
-def process_set_stats(process_set):
-    """stats() of one process set: its own cycles, negotiations, cache hits
-    and misses, fused batches, tensors and bytes."""
-    from tf_ring.basics import STAT_NAMES
-    ps_id = process_set_id_of(process_set, "stats")
-    values = (ctypes.c_int64 * len(STAT_NAMES))()
-    count = C_API.tf_ring_process_set_stats(ps_id, values, len(values))
-    return {name: int(values[i]) for i, name in enumerate(STAT_NAMES[:max(count, 0)])}
