@@ -1,79 +1,18 @@
 """The collectives as TensorFlow ops, usable in eager, tf.function and v1 graphs."""
-import re
-import weakref
-
 import tensorflow as tf
 
+from tf_ring._allgather_op import allgather
 from tf_ring._library import OPS
+# Other modules import the shared names through ops, as before the split.
+from tf_ring._op_common import (  # noqa: F401
+    ADASUM_DTYPES, MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, Max, Min, Product, Sum,
+    _REDUCE_OP_NAMES, _as_tensor, _auto_name, _check_dtype, _normalize_name, _unique_in_graph)
 from tf_ring.process_set import global_process_set, process_set_id_of
+from tf_ring.sparse import allreduce_indexed_slices
+from tf_ring.topology import is_initialized, size
 
-# Reduce ops; values match the engine's wire format.
-Sum = 0
-Average = 1
-Min = 2
-Max = 3
-Product = 4
-Adasum = 5
-_REDUCE_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product",
-                    Adasum: "Adasum"}
-ADASUM_DTYPES = (tf.float16, tf.float32, tf.float64)
-
-REDUCE_DTYPES = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
-                 tf.bfloat16, tf.float32, tf.float64)
-MOVE_DTYPES = REDUCE_DTYPES + (tf.bool,)
-
-
-def _normalize_name(name):
-    """Node-name-safe version of a user or tensor name."""
-    return re.sub(r"[^a-zA-Z0-9_./-]", "_", name)
-
-
-def _auto_name(prefix, tensor, name):
-    """The name that identifies this tensor to every rank.
-
-    In graphs (tf.function, v1) the tensor's own name is stable and identical
-    on every rank running the same code. Eagerly there is no such name, so
-    unnamed eager collectives share one name per op and run one at a time.
-    """
-    if tf.executing_eagerly():
-        return _normalize_name(name) if name else prefix + ".eager"
-    base = _normalize_name(name) if name else "%s_%s" % (prefix, _normalize_name(tensor.name))
-    return _unique_in_graph(base)
-
-
-# Collective names handed out in each graph. As TF does with node names (and
-# Horovod with the collective names it takes from them), a second collective
-# of the same tensor, or with the same name=, in one graph gets name_1, ...:
-# both can then be in flight in one step. Every rank builds the same graph in
-# the same order, so every rank derives the same names.
-_GRAPH_NAMES = weakref.WeakKeyDictionary()
-
-
-def _unique_in_graph(base):
-    used = _GRAPH_NAMES.setdefault(tf.compat.v1.get_default_graph(), set())
-    candidate, suffix = base, 0
-    while candidate in used:
-        suffix += 1
-        candidate = "%s_%d" % (base, suffix)
-    used.add(candidate)
-    return candidate
-
-
-def _check_dtype(what, tensor, allowed, name):
-    if tensor.dtype not in allowed:
-        raise TypeError(
-            "tf_ring.%s of tensor '%s': dtype %s is not supported; supported dtypes are %s. "
-            "Cast the tensor (for example with tf.cast) before the collective."
-            % (what, name or getattr(tensor, "name", "?"), tensor.dtype.name,
-               ", ".join(d.name for d in allowed)))
-
-
-def _as_tensor(tensor, what, name):
-    try:
-        return tf.convert_to_tensor(tensor)
-    except (TypeError, ValueError) as e:
-        raise TypeError("tf_ring.%s of '%s': cannot convert %r to a tensor: %s"
-                        % (what, name, type(tensor).__name__, e)) from e
+__all__ = ["Sum", "Average", "Min", "Max", "Product", "Adasum", "allreduce", "allgather",
+           "broadcast"]
 
 
 def _resolve_op(what, op, average):
@@ -100,7 +39,6 @@ def _check_adasum(what, tensor, name):
     power-of-two number of ranks (NotImplementedError otherwise). Before
     init() the size is unknown; the coordinator checks it again at run time."""
     _check_dtype(what + " with op=Adasum", tensor, ADASUM_DTYPES, name)
-    from tf_ring.basics import is_initialized, size
     if is_initialized() and size() & (size() - 1):
         raise NotImplementedError(
             "tf_ring.%s of '%s' with op=Adasum: Adasum on the CPU needs a power-of-two number "
@@ -133,7 +71,6 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     op = _resolve_op("allreduce", op, average)
     set_id = process_set_id_of(process_set, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
-        from tf_ring.sparse import allreduce_indexed_slices
         return allreduce_indexed_slices(tensor, op=op, name=name, prescale_factor=prescale_factor,
                                         postscale_factor=postscale_factor, compression=compression,
                                         process_set=process_set)
@@ -150,20 +87,6 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(reduced, ctx)
 
 
-def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Concatenates `tensor` from every rank along dimension 0, in rank order.
-
-    The first dimension may differ between ranks; the others must match.
-    ignore_name_scope is accepted for Horovod code and does nothing.
-    process_set: gather from that set's ranks only, in their rank order.
-    """
-    set_id = process_set_id_of(process_set, "allgather")
-    tensor = _as_tensor(tensor, "allgather", name)
-    _check_dtype("allgather", tensor, MOVE_DTYPES, name)
-    return OPS.tf_ring_allgather(tensor, tensor_name=_auto_name("allgather", tensor, name),
-                                 process_set_id=set_id)
-
-
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
     """Returns root_rank's `tensor` on every rank (ignore_name_scope does nothing).
@@ -177,3 +100,4 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     return OPS.tf_ring_broadcast(tensor, root_rank=int(root_rank),
                                  tensor_name=_auto_name("broadcast", tensor, name),
                                  process_set_id=set_id)
+

@@ -7,7 +7,9 @@ TensorFlow's true division as in Horovod: integer values give a float result.
 """
 import tensorflow as tf
 
-from tf_ring.ops import _REDUCE_OP_NAMES, Average, Sum, allgather
+from tf_ring._allgather_op import allgather
+from tf_ring._op_common import _REDUCE_OP_NAMES, Average, Sum
+from tf_ring.process_set import global_process_set
 
 
 def allreduce_indexed_slices(slices, op=Average, name=None, prescale_factor=1.0,
@@ -31,6 +33,5 @@ def allreduce_indexed_slices(slices, op=Average, name=None, prescale_factor=1.0,
     if compression is not None:
         values = compression.decompress(values, ctx)
     if op == Average:
-        from tf_ring.process_set import global_process_set
         values = values / tf.cast((process_set or global_process_set).size(), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)

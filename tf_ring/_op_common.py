@@ -1,0 +1,76 @@
+"""What every collective's Python wrapper shares: the reduce ops, the
+dtypes each collective takes, input checks, and the names that identify a
+tensor to every rank. The bottom of the op layer: it imports no other
+tf_ring module, so ops, sparse, grouped and exchange can all use it."""
+import re
+import weakref
+
+import tensorflow as tf
+
+# Reduce ops; values match the engine's wire format.
+Sum = 0
+Average = 1
+Min = 2
+Max = 3
+Product = 4
+Adasum = 5
+_REDUCE_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product",
+                    Adasum: "Adasum"}
+ADASUM_DTYPES = (tf.float16, tf.float32, tf.float64)
+
+REDUCE_DTYPES = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
+                 tf.bfloat16, tf.float32, tf.float64)
+MOVE_DTYPES = REDUCE_DTYPES + (tf.bool,)
+
+
+def _normalize_name(name):
+    """Node-name-safe version of a user or tensor name."""
+    return re.sub(r"[^a-zA-Z0-9_./-]", "_", name)
+
+
+def _auto_name(prefix, tensor, name):
+    """The name that identifies this tensor to every rank.
+
+    In graphs (tf.function, v1) the tensor's own name is stable and identical
+    on every rank running the same code. Eagerly there is no such name, so
+    unnamed eager collectives share one name per op and run one at a time.
+    """
+    if tf.executing_eagerly():
+        return _normalize_name(name) if name else prefix + ".eager"
+    base = _normalize_name(name) if name else "%s_%s" % (prefix, _normalize_name(tensor.name))
+    return _unique_in_graph(base)
+
+
+# Collective names handed out in each graph. As TF does with node names (and
+# Horovod with the collective names it takes from them), a second collective
+# of the same tensor, or with the same name=, in one graph gets name_1, ...:
+# both can then be in flight in one step. Every rank builds the same graph in
+# the same order, so every rank derives the same names.
+_GRAPH_NAMES = weakref.WeakKeyDictionary()
+
+
+def _unique_in_graph(base):
+    used = _GRAPH_NAMES.setdefault(tf.compat.v1.get_default_graph(), set())
+    candidate, suffix = base, 0
+    while candidate in used:
+        suffix += 1
+        candidate = "%s_%d" % (base, suffix)
+    used.add(candidate)
+    return candidate
+
+
+def _check_dtype(what, tensor, allowed, name):
+    if tensor.dtype not in allowed:
+        raise TypeError(
+            "tf_ring.%s of tensor '%s': dtype %s is not supported; supported dtypes are %s. "
+            "Cast the tensor (for example with tf.cast) before the collective."
+            % (what, name or getattr(tensor, "name", "?"), tensor.dtype.name,
+               ", ".join(d.name for d in allowed)))
+
+
+def _as_tensor(tensor, what, name):
+    try:
+        return tf.convert_to_tensor(tensor)
+    except (TypeError, ValueError) as e:
+        raise TypeError("tf_ring.%s of '%s': cannot convert %r to a tensor: %s"
+                        % (what, name, type(tensor).__name__, e)) from e
