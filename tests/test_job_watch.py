@@ -174,3 +174,19 @@ def test_a_pmix_start_failure_before_any_rank_is_retried_once(monkeypatch, capsy
     monkeypatch.setattr(launcher, "_run_job", fails_otherwise)
     assert launcher.main(["-np", "2", "true"]) == 1
     assert len(runs) == 1
+
+
+PROBE_NOISE = (
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    b"I0000 00:00:1795529305.062178    7328 cudart_stub.cc:31] Could not find cuda drivers on "
+    b"your machine, GPU will not be used.\n"
+    b"E0000 00:00:1795529313.501316    7328 cuda_platform.cc:52] failed call to cuInit: INTERNAL: "
+    b"CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n")
+
+
+def test_tensorflow_gpu_probe_lines_are_dropped_when_asked_and_nothing_else():
+    kept = (b"epoch 1 loss 0.3\n"
+            b"E0000 00:00:1.0  1 some_kernel.cc:9] a real TensorFlow error stays\n")
+    watch = JobWatch(TOKEN, 1, drop_tf_gpu_probe=True)
+    assert pump(watch, [PROBE_NOISE + kept + status("exit", 0, 0)]) == kept
+    assert pump(JobWatch(TOKEN, 1), [PROBE_NOISE + kept]) == PROBE_NOISE + kept

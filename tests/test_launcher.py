@@ -309,3 +309,15 @@ def test_without_share_gpu_no_nccl_host_id_is_set():
         capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("id=[]") == 2, result.stdout
+
+
+def test_tensorflow_logs_are_quieted_unless_the_user_asks_for_them():
+    assert child_env(["-np", "2"])["TF_CPP_MIN_LOG_LEVEL"] == "2"
+    assert child_env(["-np", "2"],
+                     base={"TF_CPP_MIN_LOG_LEVEL": "0"})["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert "TF_CPP_MIN_LOG_LEVEL" not in child_env(["-np", "2", "--tf-logs"])
+    args = launcher.parse_args(["-np", "2", "python", "t.py"])
+    assert launcher._drops_tf_gpu_probe(args, environ={})
+    assert not launcher._drops_tf_gpu_probe(args, environ={"TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert not launcher._drops_tf_gpu_probe(
+        launcher.parse_args(["-np", "2", "--tf-logs", "python", "t.py"]), environ={})

@@ -20,6 +20,14 @@ STATUS = "tfringrun-status"
 _MPIRUN_HOST_PATTERNS = (re.compile(rb"Remote host:\s+(\S+)"),
                          re.compile(rb"Remote daemon:\s+\S+ on node\s+(\S+)"))
 _KEEP_TAIL = 256 * 1024  # of each stream's other output, for the patterns above
+# What TensorFlow prints on every rank of a machine without a GPU, whatever
+# TF_CPP_MIN_LOG_LEVEL says (the first two come before its logging starts):
+# it only means "no GPU here", yet reads like a failure. Whole lines only.
+TF_GPU_PROBE_NOISE = re.compile(
+    rb"^(?:WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rb"|I\d{4} [^\n]*\] Could not find cuda drivers on your machine, GPU will not be used\."
+    rb"|E\d{4} [^\n]*\] failed call to cuInit: [^\n]*(?:UNKNOWN ERROR \(303\)|"
+    rb"CUDA_ERROR_NO_DEVICE|no CUDA-capable device)[^\n]*)\r?\n", re.MULTILINE)
 
 
 def rank_wrapper(token):
@@ -48,8 +56,9 @@ class JobWatch(object):
     never said where they run.
     """
 
-    def __init__(self, token, np, planned=None):
+    def __init__(self, token, np, planned=None, drop_tf_gpu_probe=False):
         self.np = np
+        self._noise = TF_GPU_PROBE_NOISE if drop_tf_gpu_probe else None
         self.planned = dict(planned or {})
         self.started = {}  # rank -> host it reported
         self.ended = {}  # rank -> ("exit" or "stopped", code)
@@ -87,7 +96,10 @@ class JobWatch(object):
             self._record(*(g.decode(errors="replace") for g in match.groups()))
         rest = data[start:]
         hold = self._possible_status_start(rest)
-        self._emit(b"".join(kept) + rest[:len(rest) - hold], out)
+        shown = b"".join(kept) + rest[:len(rest) - hold]
+        if self._noise is not None:
+            shown = self._noise.sub(b"", shown)
+        self._emit(shown, out)
         return rest[len(rest) - hold:]
 
     @staticmethod

@@ -81,6 +81,11 @@ def _make_parser():
                              help="print the mpirun command and the rank layout before starting, "
                                   "and have mpirun show its process map. Sets "
                                   "OMPI_MCA_rmaps_base_display_map=1 (default: off)")
+    diagnostics.add_argument("--tf-logs", action="store_true",
+                             help="show TensorFlow's C++ start-up logs on every rank. By default "
+                                  "tfringrun sets TF_CPP_MIN_LOG_LEVEL=2 (unless it is already "
+                                  "set) and drops the 'no GPU found' probe lines TensorFlow "
+                                  "prints on machines without one (default: off)")
     diagnostics.add_argument("--check-build", action="store_true",
                              help="print what tf_ring was built against, the installed "
                                   "TensorFlow and MPI, and the available backends; exit 1 if the "
@@ -184,12 +189,21 @@ def _watches_status(args):
     return not any(a.startswith("--output") for a in shlex.split(args.mpi_args))
 
 
+def _drops_tf_gpu_probe(args, environ=None):
+    """TensorFlow's 'no GPU' probe lines are dropped unless the user asked for
+    TensorFlow's logs (--tf-logs, or a TF_CPP_MIN_LOG_LEVEL of their own)."""
+    environ = os.environ if environ is None else environ
+    return not getattr(args, "tf_logs", False) and "TF_CPP_MIN_LOG_LEVEL" not in environ
+
+
 def child_environment(args, base=None):
     """The environment every rank starts with: `base` (default: ours), the
     launcher's quiet defaults, and the engine flags, which win over `base`."""
     env = dict(os.environ if base is None else base)
-    # TensorFlow's INFO banner (oneDNN, CUDA probing) repeats once per rank.
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    # TensorFlow's start-up notices (oneDNN, CPU features, CUDA probing)
+    # repeat once per rank; --tf-logs or the user's own level keeps them.
+    if not getattr(args, "tf_logs", False):
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # tf_ring's shared window needs no UCX one-sided transport; probing it
     # prints a spurious error on machines without UCX hardware.
     env.setdefault("OMPI_MCA_osc", "^ucx")
@@ -232,7 +246,8 @@ def main(argv=None):
         watch = None
         if _watches_status(args):
             planned = layout.rank_layout(args.np, args.hosts, os.cpu_count() or 1)
-            watch = job_watch.JobWatch(token, args.np, {rank: host for rank, host, _ in planned})
+            watch = job_watch.JobWatch(token, args.np, {rank: host for rank, host, _ in planned},
+                                       drop_tf_gpu_probe=_drops_tf_gpu_probe(args))
         rc = _run_job(cmd, env, args.np, watch, args.start_timeout, cleanup)
         if attempt == 1 and rc != 0 and watch and _mpirun_failed_to_start_itself(watch):
             print("tfringrun: mpirun's own PMIx server failed to start before any rank ran "
