@@ -37,7 +37,7 @@ def init(comm=None, process_sets=None):
     default MPI_COMM_WORLD. Works whether or not mpi4py initialized MPI.
     process_sets: ProcessSet objects to register (ids 1, 2, ... in this
     order; every rank passes the same list), or "dynamic" to allow
-    add_process_set/remove_process_set (see README, "Process sets").
+    add_process_set/remove_process_set (see docs/process-sets.md).
     """
     global _atexit_registered
     was_running = is_initialized()
@@ -112,7 +112,7 @@ STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_bat
 
 
 def stats(process_set=None):
-    """Engine counters since init() (see README, 'Stats'): those of the
+    """Engine counters since init() (see docs/engine-settings.md): those of the
     global set, or of `process_set` when given."""
     values = (ctypes.c_int64 * len(STAT_NAMES))()
     if process_set is None:

@@ -2,7 +2,7 @@
 
 A set negotiates and runs on its own (its own communicator, coordinator,
 response cache and fusion batches), so sets whose members differ work
-independently; see README, "Process sets".
+independently; see docs/process-sets.md.
 """
 import ctypes
 import os

@@ -31,7 +31,7 @@ from tf_ring.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_e
 __all__ += ["Adasum", "ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
             "mpi_enabled", "rocm_built"]
 
-# Process sets, as horovod.tensorflow.keras has them (see README, "Process sets").
+# Process sets, as horovod.tensorflow.keras has them (see docs/process-sets.md).
 from tf_ring.process_set import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
                                  remove_process_set)
 

@@ -168,7 +168,8 @@ def test_hierarchical_equals_flat_bit_for_bit_where_order_cannot_matter():
     for key in hierarchical:
         if key == "float32_random_sum":
             # Sums of random floats: hierarchical adds within hosts first, so
-            # the last bits may differ from MPI's flat order (see README).
+            # the last bits may differ from MPI's flat order (see
+            # docs/how-the-engine-works.md).
             np.testing.assert_allclose(hierarchical[key], flat[key], rtol=1e-5, err_msg=key)
         else:
             np.testing.assert_array_equal(hierarchical[key], flat[key], err_msg=key)
