@@ -90,8 +90,10 @@ def test_broadcast_global_variables_in_v1_graph():
         op = hvd.broadcast_global_variables(root)
         assert isinstance(op, tf.Operation)
         with tf.compat.v1.Session() as session:
+            # Two runs: within one session.run the initializer may run after the assign.
             session.run([tf.compat.v1.global_variables_initializer(),
-                         tf.compat.v1.local_variables_initializer(), step.assign(7 * hvd.rank())])
+                         tf.compat.v1.local_variables_initializer()])
+            session.run(step.assign(7 * hvd.rank()))
             session.run(op)
             w_value, step_value, local_value = session.run([w, step, local])
     np.testing.assert_array_equal(w_value, rank_input(root, (3, 2), tf.float32))
