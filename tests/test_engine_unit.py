@@ -9,7 +9,8 @@ from conftest import REPO
 SOURCES = ["tests/cc/engine_unit_test.cc", "cc/common/base/message.cc",
            "cc/common/negotiation/coordinator.cc", "cc/common/base/dtype.cc",
            "cc/common/transport/hierarchical_choice.cc",
-           "cc/common/process_sets/process_set_change.cc"]
+           "cc/common/process_sets/process_set_change.cc",
+           "cc/common/negotiation/agreed_settings.cc"]
 
 
 def test_engine_unit(tmp_path):

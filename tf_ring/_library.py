@@ -53,6 +53,8 @@ def _declare_c_api(cdll):
     cdll.tf_ring_engine_params.restype = None
     cdll.tf_ring_param_history.argtypes = [c.POINTER(c.c_int64), c.c_int]
     cdll.tf_ring_param_history.restype = c.c_int
+    cdll.tf_ring_agreed_settings.argtypes = [c.c_char_p, c.c_int]
+    cdll.tf_ring_agreed_settings.restype = c.c_int
     cdll.tf_ring_add_process_sets.argtypes = [c.POINTER(c.c_int), c.c_int, c.POINTER(c.c_int32),
                                               c.c_int, c.c_char_p, c.c_int]
     cdll.tf_ring_add_process_sets.restype = c.c_int

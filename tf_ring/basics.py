@@ -50,7 +50,7 @@ def init(comm=None, process_sets=None):
         atexit.register(C_API.tf_ring_finalize_mpi)
         _atexit_registered = True
     if not was_running:
-        _process_set._on_init(process_sets)
+        _process_set._on_init(process_sets, _agreed_settings())
     elif process_sets is not None:
         raise ValueError("tf_ring.init(process_sets=...): the engine is already running; call "
                          "shutdown() first, or add sets with add_process_set().")
@@ -130,13 +130,29 @@ def reset_stats():
 _AUTOTUNE_STATES = {0: "off", 1: "tuning", 2: "settled"}
 
 
+def _agreed_settings():
+    """{variable: rank 0's value, or None where rank 0 left it unset} for every
+    TF_RING_* variable the ranks must share (docs/engine-settings.md)."""
+    size = C_API.tf_ring_agreed_settings(None, 0)
+    buffer = ctypes.create_string_buffer(max(size, 1))
+    size = min(size, C_API.tf_ring_agreed_settings(buffer, len(buffer)))
+    settings = {}
+    for entry in buffer.raw[:size].decode("utf-8", "replace").split("\0"):
+        if entry:
+            name, has_value, value = entry.partition("=")
+            settings[name] = value if has_value else None
+    return settings
+
+
 def engine_params():
     """The engine parameters in force, and how they changed (autotune).
 
     Returns a dict: fusion_threshold (bytes), cycle_time_ms, autotune ("off",
-    "tuning" or "settled"), and history, a list of (cycle, fusion_threshold,
+    "tuning" or "settled"), history, a list of (cycle, fusion_threshold,
     cycle_time_ms) for every change, where cycle is the engine cycle it took
-    effect after. Every rank makes the same changes at the same cycles.
+    effect after, and settings, {variable: value or None (unset)}: rank 0's
+    TF_RING_* settings, which every rank runs with. Every rank makes the same
+    changes at the same cycles.
     """
     values = (ctypes.c_int64 * 4)()
     C_API.tf_ring_engine_params(values)
@@ -145,7 +161,8 @@ def engine_params():
     written = C_API.tf_ring_param_history(raw, count)
     history = [(int(raw[3 * i]), int(raw[3 * i + 1]), raw[3 * i + 2] / 1000.0) for i in range(written)]
     return {"fusion_threshold": int(values[0]), "cycle_time_ms": values[1] / 1000.0,
-            "autotune": _AUTOTUNE_STATES.get(int(values[2]), "unknown"), "history": history}
+            "autotune": _AUTOTUNE_STATES.get(int(values[2]), "unknown"), "history": history,
+            "settings": _agreed_settings()}
 
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",

@@ -5,13 +5,12 @@ response cache and fusion batches), so sets whose members differ work
 independently; see docs/process-sets.md.
 """
 import ctypes
-import os
 
 from tf_ring._library import C_API
 from tf_ring.topology import rank, size
 
 _DYNAMIC_ENV = "TF_RING_DYNAMIC_PROCESS_SETS"
-_dynamic = False          # set by init(process_sets="dynamic")
+_dynamic = False          # set by init(process_sets="dynamic") or rank 0's variable
 _registered = {}          # id -> ProcessSet objects registered under it
 
 
@@ -195,16 +194,18 @@ def _register(sets):
         _registered[ps.process_set_id] = [ps]
 
 
-def _on_init(process_sets_arg):
+def _on_init(process_sets_arg, settings):
     """Called by init(): forgets the ids of an earlier engine's sets (the
     objects keep their ranks and may be registered again), then registers
-    the static sets (or turns dynamic sets on with "dynamic")."""
+    the static sets (or turns dynamic sets on with "dynamic"). `settings`
+    holds rank 0's variables: whether add_process_set is allowed must be the
+    same on every rank, or the ranks that may call it wait for the others."""
     global _dynamic
     for objects in _registered.values():
         for ps in objects:
             ps.process_set_id = None
     _registered.clear()
-    _dynamic = False
+    _dynamic = settings.get(_DYNAMIC_ENV) not in (None, "", "0")
     if process_sets_arg is None:
         return
     if isinstance(process_sets_arg, str):
@@ -219,9 +220,10 @@ def _on_init(process_sets_arg):
 
 
 def _require_dynamic(what):
-    if not (_dynamic or os.environ.get(_DYNAMIC_ENV, "0") not in ("", "0")):
+    if not _dynamic:
         raise RuntimeError(
-            "tf_ring.%s needs dynamic process sets: set %s=1 before starting the job (or call "
+            "tf_ring.%s needs dynamic process sets: set %s=1 before init() (rank 0's value "
+            "counts for every rank; or call "
             "init(process_sets=\"dynamic\")), or register the sets once with "
             "init(process_sets=[...])." % (what, _DYNAMIC_ENV))
 

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <string>
 #include <unordered_map>
 
+#include "common/negotiation/agreed_settings.h"
 #include "common/negotiation/controller.h"
 #include "common/negotiation/fusion.h"
 #include "common/transport/hierarchical_choice.h"
@@ -33,13 +33,43 @@ constexpr double kDefaultShmChunkBytes = 1 << 20;
 // rounds measured 3-4x faster on simulated hosts (benchmarks/README.md).
 constexpr double kDefaultHierarchicalChunkBytes = 4 << 20;
 
-double EnvDouble(const char* name, double fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atof(v) : fallback;
+// Every rank runs with rank 0's settings (see agreed_settings.h): rank 0's
+// texts go to every rank on the engine's communicator, and a rank whose own
+// differ says which, once per variable, before using rank 0's.
+Status AgreeSettings(const MpiContext& mpi, EngineSettings* settings, std::string* described) {
+  const SettingTexts mine = ReadSettingTexts();
+  std::vector<char> bytes = SerializeSettingTexts(mine);
+  int length = static_cast<int>(bytes.size());
+  if (MPI_Bcast(&length, 1, MPI_INT, 0, mpi.comm()) != MPI_SUCCESS) {
+    return Status::Unknown("MPI_Bcast of rank 0's engine settings failed");
+  }
+  bytes.resize(static_cast<size_t>(length));
+  if (MPI_Bcast(bytes.data(), length, MPI_BYTE, 0, mpi.comm()) != MPI_SUCCESS) {
+    return Status::Unknown("MPI_Bcast of rank 0's engine settings failed");
+  }
+  SettingTexts rank0;
+  // Only another build could fail to read them: rank 0 learns of it too, so
+  // no rank goes on into the next collective alone.
+  int readable = ParseSettingTexts(bytes.data(), bytes.size(), &rank0) ? 1 : 0;
+  if (MPI_Allreduce(MPI_IN_PLACE, &readable, 1, MPI_INT, MPI_MIN, mpi.comm()) != MPI_SUCCESS) {
+    return Status::Unknown("MPI_Allreduce of the engine settings check failed");
+  }
+  if (!readable) {
+    return Status::Unknown("some rank could not read rank 0's engine settings; are all ranks "
+                           "running the same tf_ring build?");
+  }
+  if (mpi.rank() != 0) {
+    for (const std::string& warning : SettingDifferences(mine, rank0)) {
+      Log(LogLevel::kWarning, warning);
+    }
+  }
+  *described = DescribeSettingTexts(rank0);
+  Status s = ParseSettings(rank0, settings);
+  // Every rank parses rank 0's texts, so every rank fails here together.
+  if (!s.ok() && mpi.rank() != 0) return s.WithPrefix("rank 0's setting: ");
+  return s;
 }
 }  // namespace
-
-
 
 namespace {
 // Who stopped the engine when it stopped without an error, so that a rank
@@ -68,49 +98,44 @@ Status Engine::Init(const void* mpi_comm) {
   // start afresh, as that rank's own init() expects.
   StopLocked();
 
-  HierarchicalMode hierarchical_mode;
-  Status s = ParseHierarchicalMode(std::getenv("TF_RING_HIERARCHICAL"), &hierarchical_mode);
-  if (!s.ok()) return s;
   auto impl = std::make_unique<Impl>();
-  s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
+  Status s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
   if (!s.ok()) return s;
-  impl->cache_capacity = static_cast<size_t>(EnvDouble("TF_RING_CACHE_CAPACITY", 1024));
-  impl->stall_check_seconds = EnvDouble("TF_RING_STALL_CHECK_TIME_SECONDS", 60);
+  SetLogRank(impl->mpi.rank());  // the warnings below name their rank
+  EngineSettings settings;
+  std::string settings_text;
+  s = AgreeSettings(impl->mpi, &settings, &settings_text);
+  if (!s.ok()) return s;
+  impl->cache_capacity = settings.cache_capacity;
+  impl->stall_check_seconds = settings.stall_check_seconds;
   impl->controller = std::make_unique<Controller>(
       &impl->mpi, impl->cache_capacity,
-      StallConfig{impl->stall_check_seconds, EnvDouble("TF_RING_STALL_SHUTDOWN_TIME_SECONDS", 0)});
-  impl->fusion_threshold = static_cast<int64_t>(EnvDouble("TF_RING_FUSION_THRESHOLD", 64 << 20));
-  const char* use_shm = std::getenv("TF_RING_SHM");
+      StallConfig{impl->stall_check_seconds, settings.stall_shutdown_seconds});
+  impl->fusion_threshold = settings.fusion_threshold;
   HostCounts host_counts;
-  host_counts.shm_allowed = !(use_shm && std::string(use_shm) == "0");
+  host_counts.shm_allowed = settings.shm;
   s = impl->hosts.Init(impl->mpi, &host_counts);
   if (!s.ok()) return s;
+  const HierarchicalMode hierarchical_mode = settings.hierarchical;
   const HierarchicalChoice hierarchy = ChooseHierarchical(hierarchical_mode, host_counts);
   // One node shares memory among all ranks; hierarchical shares it per host.
   ShmSegment* shm = nullptr;
   const bool one_node = impl->mpi.local_size() == impl->mpi.size();
   if ((one_node && host_counts.shm_allowed) || hierarchy.hierarchical) {
-    const double chunk = EnvDouble("TF_RING_SHM_CHUNK_BYTES", hierarchy.hierarchical
-                                                                 ? kDefaultHierarchicalChunkBytes
-                                                                 : kDefaultShmChunkBytes);
+    const double chunk = settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes
+                         : hierarchy.hierarchical      ? kDefaultHierarchicalChunkBytes
+                                                       : kDefaultShmChunkBytes;
     s = impl->shm.Init(impl->mpi.local_comm(), static_cast<size_t>(chunk));
     if (!s.ok()) return s;
     shm = &impl->shm;
   }
   impl->operations = std::make_unique<OperationManager>(
       &impl->mpi, shm, hierarchy.hierarchical ? &impl->hosts : nullptr, &timeline_);
-  impl->batch_window = std::chrono::microseconds(
-      static_cast<int64_t>(EnvDouble("TF_RING_CYCLE_TIME", 0.0) * 1000.0));
+  impl->batch_window = std::chrono::microseconds(settings.cycle_time_us);
   const EngineParams initial{impl->fusion_threshold, impl->batch_window.count()};
-  const bool autotune = EnvDouble("TF_RING_AUTOTUNE", 0) != 0;
+  const bool autotune = settings.autotune;
   if (autotune && impl->mpi.rank() == 0) {
-    AutotuneConfig config;
-    config.warmup_samples = static_cast<int>(EnvDouble("TF_RING_AUTOTUNE_WARMUP_SAMPLES", 1));
-    config.samples_per_trial = std::max(1, static_cast<int>(EnvDouble("TF_RING_AUTOTUNE_SAMPLES_PER_TRIAL", 3)));
-    config.cycles_per_sample = std::max(1, static_cast<int>(EnvDouble("TF_RING_AUTOTUNE_CYCLES_PER_SAMPLE", 10)));
-    const char* log = std::getenv("TF_RING_AUTOTUNE_LOG");
-    if (log) config.log_path = log;
-    impl->tuner = std::make_unique<Autotuner>(initial, config);
+    impl->tuner = std::make_unique<Autotuner>(initial, settings.autotune_config);
     // Every rank switches to the first trial together, after cycle 1.
     impl->controller->ProposeParams(impl->tuner->first(), false);
   }
@@ -119,21 +144,20 @@ Status Engine::Init(const void* mpi_comm) {
     params_ = initial;
     autotune_state_ = autotune ? AutotuneState::kTuning : AutotuneState::kOff;
     param_history_.clear();
+    settings_text_ = std::move(settings_text);
   }
   CreateCustomMpiOps();
 
   const MpiContext& m = impl->mpi;
   topology_ = Topology{m.rank(),       m.size(),       m.local_rank(),  m.local_size(),
                        m.cross_rank(), m.cross_size(), m.homogeneous()};
-  SetLogRank(m.rank());
   if (m.thread_level() < MPI_THREAD_MULTIPLE) {
     Log(LogLevel::kWarning, "MPI provides thread level " + std::to_string(m.thread_level()) +
                                 ", not MPI_THREAD_MULTIPLE; do not call MPI from other threads "
                                 "while tf_ring runs.");
   }
-  const char* timeline_path = std::getenv("TF_RING_TIMELINE");
-  if (timeline_path && *timeline_path && m.rank() == 0) {
-    s = timeline_.Start(timeline_path, EnvDouble("TF_RING_TIMELINE_MARK_CYCLES", 0) != 0);
+  if (!settings.timeline_path.empty() && m.rank() == 0) {
+    s = timeline_.Start(settings.timeline_path, settings.timeline_mark_cycles);
     if (!s.ok()) Log(LogLevel::kError, s.message() + "; continuing without a timeline.");
   }
   if (m.rank() == 0 && (host_counts.hosts > 1 || hierarchical_mode == HierarchicalMode::kOn)) {
@@ -242,6 +266,11 @@ void Engine::StopTimeline() { timeline_.Stop(); }
 EngineParams Engine::params() {
   std::lock_guard<std::mutex> lock(params_mu_);
   return params_;
+}
+
+std::string Engine::agreed_settings() {
+  std::lock_guard<std::mutex> lock(params_mu_);
+  return settings_text_;
 }
 
 Engine::AutotuneState Engine::autotune_state() {

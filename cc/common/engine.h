@@ -73,6 +73,10 @@ class Engine {
   };
   enum class AutotuneState { kOff = 0, kTuning = 1, kSettled = 2 };
   EngineParams params();
+  // Rank 0's settings, which every rank runs with (agreed_settings.h):
+  // "NAME=value" per variable rank 0 set, "NAME" per one it left unset,
+  // NUL-separated.
+  std::string agreed_settings();
   AutotuneState autotune_state();
   std::vector<ParamChange> param_history();
 
@@ -111,8 +115,9 @@ class Engine {
   Topology topology_;
   EngineStats stats_;
   Timeline timeline_;
-  std::mutex params_mu_;  // guards the three below (read from Python threads)
+  std::mutex params_mu_;  // guards the four below (read from Python threads)
   EngineParams params_;
+  std::string settings_text_;
   AutotuneState autotune_state_ = AutotuneState::kOff;
   std::vector<ParamChange> param_history_;
 };

@@ -1,13 +1,16 @@
 // Unit tests of the framework-free engine pieces: the wire format, the
 // coordinator's readiness and agreement checks, float16/bfloat16
 // conversion, when collectives go hierarchical, and the agreement on
-// process set changes. Built with g++ alone (no TensorFlow, no MPI) by
+// process set changes, and the engine settings every rank takes from rank 0.
+// Built with g++ alone (no TensorFlow, no MPI) by
 // tests/test_engine_unit.py, which also proves the engine needs neither.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
+#include "common/negotiation/agreed_settings.h"
 #include "common/negotiation/coordinator.h"
 #include "common/base/half.h"
 #include "common/transport/hierarchical_choice.h"
@@ -379,6 +382,49 @@ static void TestProcessSetChangeAgreement() {
   CHECK(!AgreedProcessSetChange(cut, 2, &out).ok());
 }
 
+static SettingTexts Texts(const std::map<std::string, std::string>& env) {
+  return ReadSettingTexts([&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+static void TestAgreedSettings() {
+  const SettingTexts rank0 = Texts({{"TF_RING_FUSION_THRESHOLD", "0"}, {"TF_RING_SHM", ""},
+                                    {"TF_RING_TIMELINE", "/tmp/t.json"}});
+  CHECK(rank0.size() == AgreedSettingNames().size());
+  // The wire keeps set, unset and empty-as-unset apart; a cut buffer fails.
+  std::vector<char> bytes = SerializeSettingTexts(rank0);
+  SettingTexts back;
+  CHECK(ParseSettingTexts(bytes.data(), bytes.size(), &back) && back == rank0);
+  CHECK(!ParseSettingTexts(bytes.data(), bytes.size() - 1, &back));
+  EngineSettings s;
+  CHECK(ParseSettings(rank0, &s).ok());
+  CHECK(s.fusion_threshold == 0 && s.shm && s.cache_capacity == 1024 && s.shm_chunk_bytes < 0);
+  CHECK(s.timeline_path == "/tmp/t.json" && !s.autotune && !s.dynamic_process_sets);
+  CHECK(Texts({}) == Texts({{"TF_RING_SHM", ""}}));
+  // Same meaning, no warning: unset and the default, "1024" and "1024.0".
+  CHECK(SettingDifferences(Texts({{"TF_RING_CACHE_CAPACITY", "1024.0"}, {"TF_RING_SHM", "1"}}),
+                           Texts({})).empty());
+  std::vector<std::string> w = SettingDifferences(
+      Texts({{"TF_RING_FUSION_THRESHOLD", "0"}, {"TF_RING_SHM", "0"}}), Texts({}));
+  CHECK(w.size() == 2);
+  CHECK(w.size() == 2 && w[0].rfind("TF_RING_FUSION_THRESHOLD is \"0\" on this rank but unset "
+                                    "(default 67108864) on rank 0; this rank uses rank 0's", 0) == 0);
+  CHECK(w.size() == 2 && Contains(w[1], "TF_RING_SHM is \"0\" on this rank but unset (default 1)"));
+  w = SettingDifferences(Texts({}), Texts({{"TF_RING_HIERARCHICAL", "1"}}));
+  CHECK(w.size() == 1 && Contains(w[0], "is unset (default auto) on this rank but \"1\" on rank 0"));
+  // An invalid value warns where it is not rank 0's, and fails everywhere where it is.
+  CHECK(SettingDifferences(Texts({{"TF_RING_HIERARCHICAL", "x"}}), Texts({})).size() == 1);
+  Status st = ParseSettings(Texts({{"TF_RING_HIERARCHICAL", "x"}}), &s);
+  CHECK(!st.ok() && Contains(st.message(), "TF_RING_HIERARCHICAL='x' is not valid"));
+  CHECK(ParseSettings(Texts({{"TF_RING_DYNAMIC_PROCESS_SETS", "1"}, {"TF_RING_AUTOTUNE", "1"},
+                             {"TF_RING_AUTOTUNE_SAMPLES_PER_TRIAL", "0"}}), &s).ok());
+  CHECK(s.dynamic_process_sets && s.autotune && s.autotune_config.samples_per_trial == 1);
+  const std::string described = DescribeSettingTexts(rank0);
+  CHECK(Contains(described, std::string("TF_RING_FUSION_THRESHOLD=0\0TF_RING_CYCLE_TIME\0", 46)));
+}
+
 int main() {
   TestRequestRoundTrip();
   TestResponseRoundTrip();
@@ -390,6 +436,7 @@ int main() {
   TestHalfConversions();
   TestHierarchicalChoice();
   TestProcessSetChangeAgreement();
+  TestAgreedSettings();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -40,3 +40,17 @@ def test_hierarchical_collectives_ranks_dealt_round_robin():
         assert "--map-by ppr:2:node" in args[at]
         args[at] = args[at].replace("--map-by ppr:2:node", "--map-by node")
         run_file(args, "round_robin", ["-k", "layout or allgather or broadcast or bit_for_bit or join"])
+
+
+def test_a_rank_with_other_settings_runs_with_rank_0s(monkeypatch):
+    # Across hosts the transport choice is real: a rank that went flat (or
+    # off shared memory, or used other chunks) alone would hang the others.
+    from test_agreed_settings import WARNINGS, check_warnings, run_job
+    scenarios = ("hierarchical_off", "shm", "chunk", "fusion")
+    with SimulatedHosts(2) as hosts:
+        args = hosts.launcher_flags(2)
+        result = run_job(4, monkeypatch, scenarios, launcher_args=args)
+    variables = ("TF_RING_HIERARCHICAL is \"0\"", "TF_RING_SHM is", "TF_RING_SHM_CHUNK_BYTES is",
+                 "TF_RING_FUSION_THRESHOLD is \"0\"")
+    check_warnings(4, result.stderr, [(who, text) for who, text in WARNINGS
+                                      if text.startswith(variables)])

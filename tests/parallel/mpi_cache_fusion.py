@@ -185,3 +185,28 @@ def test_stats_bytes_and_tensors():
     assert d["cycles"] >= 1
     assert set(hvd.stats()) >= {"cycles", "negotiations", "cache_hits", "cache_misses",
                                 "fused_batches", "tensors", "bytes"}
+
+
+def test_rank_0s_fusion_threshold_counts_on_every_rank():
+    # The last rank alone asks for no fusion: it must still fuse as rank 0
+    # does, or the grouped sums mix up (and the job hangs).
+    last, me = hvd.size() - 1, hvd.rank()
+    hvd.shutdown()
+    if me == last:
+        os.environ["TF_RING_FUSION_THRESHOLD"] = "0"
+    try:
+        hvd.init()
+    finally:
+        os.environ.pop("TF_RING_FUSION_THRESHOLD", None)
+    ranks = np.arange(hvd.size())
+    for _ in range(2):
+        a, b = hvd.grouped_allreduce([tf.fill([3], float(hvd.rank() + 1)),
+                                      tf.fill([5], float(10 * (hvd.rank() + 1)))],
+                                     op=hvd.Sum, name="agreed_fusion")
+        np.testing.assert_array_equal(a.numpy(), np.full(3, float((ranks + 1).sum())))
+        np.testing.assert_array_equal(b.numpy(), np.full(5, float((10 * (ranks + 1)).sum())))
+    params = hvd.engine_params()
+    assert params["fusion_threshold"] == 64 << 20
+    assert params["settings"]["TF_RING_FUSION_THRESHOLD"] is None  # rank 0 left it unset
+    assert "TF_RING_CACHE_CAPACITY" in params["settings"]
+    assert hvd.allgather_object(params, name="agreed_params") == [params] * hvd.size()

@@ -148,3 +148,31 @@ def test_init_dynamic_turns_them_on_without_the_variable():
             hvd.add_process_set([0, 1])
     finally:
         os.environ["TF_RING_DYNAMIC_PROCESS_SETS"] = "1"
+        hvd.shutdown()
+        hvd.init()  # the variable is read at init()
+
+
+def test_rank_0s_variable_decides_on_every_rank():
+    # A rank allowed to add sets while another is not would wait in the
+    # change's collective for a rank that raised instead.
+    variable, last, me = "TF_RING_DYNAMIC_PROCESS_SETS", hvd.size() - 1, hvd.rank()
+    try:
+        for set_on, allowed in ((0, True), (last, False)):
+            hvd.shutdown()
+            os.environ.pop(variable)
+            if me == set_on:
+                os.environ[variable] = "1"
+            hvd.init()
+            os.environ[variable] = "1"  # too late: init() has read it
+            if allowed:
+                ps = hvd.add_process_set([0, last])
+                summed_ranks(ps, "dyn.rank0")
+                hvd.remove_process_set(ps)
+            else:
+                with pytest.raises(RuntimeError, match="rank 0's value counts for every rank"):
+                    hvd.add_process_set([0, last])
+            assert hvd.engine_params()["settings"][variable] == ("1" if allowed else None)
+    finally:
+        os.environ[variable] = "1"
+        hvd.shutdown()
+        hvd.init()

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -89,6 +90,14 @@ int tf_ring_param_history(int64_t* out, int max) {
     out[3 * n + 2] = h[n].params.cycle_time_us;
   }
   return n;
+}
+
+// Copies rank 0's engine settings (Engine::agreed_settings: NUL-separated
+// "NAME=value" or "NAME") into `out` when they fit; returns their length.
+int tf_ring_agreed_settings(char* out, int max) {
+  const std::string text = Engine::Get().agreed_settings();
+  if (out && static_cast<int>(text.size()) <= max) std::memcpy(out, text.data(), text.size());
+  return static_cast<int>(text.size());
 }
 
 }  // extern "C"
