@@ -1,7 +1,8 @@
 """Errors decided together. A size limit is checked from what every rank
 knows (the agreed splits and row counts), and a rank that cannot allocate
 a collective's memory tells the others before any data moves, so every
-rank raises the same error and the engine keeps working.
+rank raises the same error and the engine keeps working. The collectives'
+scratch memory goes back to its bound after a collective that needed more.
 
 Numbers are computed independently with NumPy; errors are checked by
 class and by the text naming the tensor and the ranks."""
@@ -118,3 +119,45 @@ def test_one_rank_out_of_memory_fails_the_collective_on_every_rank(op, fresh_eng
     assert_engine_works("after_" + name)
     # And the same collective runs once memory is there.
     assert call(x, name).shape[0] > 0
+
+
+@pytest.fixture
+def small_fusion_threshold():
+    """The engine restarted with a 1 MiB fusion threshold (a 2 MiB scratch
+    bound) and a process set of ranks 0 and 1; the default engine after."""
+    hvd.shutdown()
+    os.environ["TF_RING_FUSION_THRESHOLD"] = str(MIB)
+    pair = hvd.ProcessSet([0, 1])
+    hvd.init(process_sets=[pair])
+    yield pair
+    hvd.shutdown()
+    del os.environ["TF_RING_FUSION_THRESHOLD"]
+    hvd.init()
+
+
+def test_scratch_returns_to_its_bound_after_a_large_reducescatter(small_fusion_threshold):
+    bound = 2 * MIB
+    for ps in (hvd.global_process_set, small_fusion_threshold):
+        if not ps.included():
+            continue
+        members, me = ps.ranks, ps.rank()
+
+        def reducescatter(rows, prescale, tag):
+            # Small integers in float32: sums and halves are exact in any order.
+            inputs = [a.astype(np.float32) for a in all_inputs((rows, 1024), tf.int32, seed=7)]
+            x = tf.constant(inputs[members[me]])
+            got = hvd.reducescatter(x, op=hvd.Sum, prescale_factor=prescale, process_set=ps,
+                                    name="scratch.%s.%d" % (tag, ps.size()))
+            total = prescale * np.sum([inputs[r] for r in members], axis=0)
+            rows_of = [rows // ps.size() + (r < rows % ps.size()) for r in range(ps.size())]
+            start = sum(rows_of[:me])
+            np.testing.assert_array_equal(got.numpy(), total[start:start + rows_of[me]])
+            return hvd.stats(process_set=ps)["scratch_bytes"]
+
+        # 256 KiB: without a prescale MPI reads the input (no copy, no scratch);
+        # with one, the copy stays in scratch for the next collective.
+        assert reducescatter(64, 1.0, "plain") == 0
+        assert reducescatter(64, 0.5, "small") == 256 * 1024
+        # 8 MiB, four times the bound: the copy is given back at once.
+        assert reducescatter(2048, 0.5, "large") <= bound
+    hvd.barrier()  # a rank outside the pair waits before the fixture's shutdown
