@@ -6,7 +6,7 @@ import subprocess
 
 from conftest import REPO
 
-SOURCES = ["tests/cc/engine_unit_test.cc", "cc/common/base/message.cc",
+SOURCES = ["tests/cc/engine_unit_test.cc", "cc/common/base/message.cc", "cc/common/base/counts.cc",
            "cc/common/negotiation/coordinator.cc", "cc/common/base/dtype.cc",
            "cc/common/transport/hierarchical_choice.cc",
            "cc/common/process_sets/process_set_change.cc",

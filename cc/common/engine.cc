@@ -362,7 +362,7 @@ void Engine::Loop() {
         Log(LogLevel::kInfo, "every rank has joined; rank " + std::to_string(resp.root_rank) +
                                  " joined last");
       }
-      s.operations->Execute(resp, &s.queue, &stats_);
+      s.operations->Execute(resp, &s.queue, &stats_, s.fusion_threshold);
     }
     // Then every other set this rank belongs to, in ascending id order on
     // every rank, so collectives on different communicators cannot deadlock.

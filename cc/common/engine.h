@@ -59,7 +59,7 @@ class Engine {
   bool ProcessSetRanks(int32_t id, std::vector<int>* ranks);
   std::vector<int32_t> ProcessSetIds();  // besides 0, ascending
   // Counters of set `id` (0: the global set); false when there is none.
-  bool ProcessSetStats(int32_t id, int64_t out[8]);
+  bool ProcessSetStats(int32_t id, int64_t out[kStatCount]);
 
   // Rank 0 writes the timeline; elsewhere these are no-ops. Stops with the engine.
   Status StartTimeline(const std::string& path, bool mark_cycles);

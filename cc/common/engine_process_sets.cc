@@ -105,7 +105,7 @@ std::vector<int32_t> Engine::ProcessSetIds() {
   return accepting_ ? impl_->sets.Ids() : std::vector<int32_t>();
 }
 
-bool Engine::ProcessSetStats(int32_t id, int64_t out[8]) {
+bool Engine::ProcessSetStats(int32_t id, int64_t out[kStatCount]) {
   const EngineStats* s = &stats_;
   std::shared_ptr<ProcessSet> set;
   if (id != 0) {
@@ -114,9 +114,10 @@ bool Engine::ProcessSetStats(int32_t id, int64_t out[8]) {
     if (!set) return false;
     s = &set->stats();
   }
-  const int64_t values[8] = {s->cycles, s->negotiations, s->cache_hits, s->cache_misses,
-                             s->fused_batches, s->tensors, s->bytes, s->hierarchical_batches};
-  for (int i = 0; i < 8; ++i) out[i] = values[i];
+  const int64_t values[kStatCount] = {s->cycles,        s->negotiations, s->cache_hits,
+                                      s->cache_misses,  s->fused_batches, s->tensors,
+                                      s->bytes,         s->hierarchical_batches, s->scratch_bytes};
+  for (int i = 0; i < kStatCount; ++i) out[i] = values[i];
   return true;
 }
 

@@ -1,5 +1,6 @@
 #include "common/operation_manager.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tf_ring {
@@ -20,7 +21,8 @@ const char* PhaseName(OpType op) {
 }
 }  // namespace
 
-void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineStats* stats) {
+void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineStats* stats,
+                               int64_t fusion_threshold) {
   const auto start = Timeline::Clock::now();
   std::vector<TensorEntry> entries;
   entries.reserve(resp.names.size());
@@ -54,6 +56,9 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   const bool on_device = status.ok() && !resp.is_error() && resp.gpu;
   if (on_device) MarkPhaseIfRecording(resp, recording);
   if (recording) Record(resp, entries, status, start, Timeline::Clock::now());
+
+  scratch_.Trim(static_cast<size_t>(std::max<int64_t>(0, ScratchBound(fusion_threshold))));
+  stats->scratch_bytes = static_cast<int64_t>(scratch_.capacity());
 
   int64_t bytes = 0;
   for (auto& e : entries) bytes += e.NumBytes();

@@ -26,7 +26,12 @@ class OperationManager {
 
   // Runs `resp` and completes its entries, counting it in `stats` first.
   // GPU responses are only started here; their entries complete later.
-  void Execute(const Response& resp, TensorQueue* queue, EngineStats* stats);
+  // Scratch memory beyond ScratchBound(fusion_threshold) is released after.
+  void Execute(const Response& resp, TensorQueue* queue, EngineStats* stats, int64_t fusion_threshold);
+  // The most scratch kept between collectives: a fused batch needs at most
+  // the threshold (an allgather's own block again on top), so steady
+  // training reuses it; one larger collective gives its memory back.
+  static int64_t ScratchBound(int64_t fusion_threshold) { return 2 * fusion_threshold; }
   // The engine stops: device work in flight finishes or fails (see
   // DeviceTransport::Stop). `abort` when stopping for an error.
   void Stop(bool abort, const std::string& reason) {

@@ -17,6 +17,7 @@ absl::Status ToTfStatus(const Status& s) {
     case StatusCode::kPrecondition: return absl::FailedPreconditionError(s.message());
     case StatusCode::kAborted: return absl::AbortedError(s.message());
     case StatusCode::kUnknown: return absl::UnknownError(s.message());
+    case StatusCode::kResourceExhausted: return absl::ResourceExhaustedError(s.message());
   }
   return absl::UnknownError(s.message());
 }

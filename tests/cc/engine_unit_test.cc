@@ -1,15 +1,17 @@
 // Unit tests of the framework-free engine pieces: the wire format, the
 // coordinator's readiness and agreement checks, float16/bfloat16
-// conversion, when collectives go hierarchical, and the agreement on
-// process set changes, and the engine settings every rank takes from rank 0.
-// Built with g++ alone (no TensorFlow, no MPI) by
-// tests/test_engine_unit.py, which also proves the engine needs neither.
+// conversion, when collectives go hierarchical, the agreement on process
+// set changes, the engine settings every rank takes from rank 0, and the
+// collectives' 64-bit counts. Built with g++ alone (no TensorFlow, no MPI)
+// by tests/test_engine_unit.py, which also proves the engine needs neither.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
 
+#include "common/base/counts.h"
 #include "common/negotiation/agreed_settings.h"
 #include "common/negotiation/coordinator.h"
 #include "common/base/half.h"
@@ -425,6 +427,107 @@ static void TestAgreedSettings() {
   CHECK(Contains(described, std::string("TF_RING_FUSION_THRESHOLD=0\0TF_RING_CYCLE_TIME\0", 46)));
 }
 
+// 64-bit counts (base/counts.h): values past 2^31 that an int sum would wrap.
+static void TestCountArithmetic() {
+  const int64_t g = int64_t{1} << 30, two_g = int64_t{1} << 31;
+  CHECK(AllgatherCountProblem({g, g - 1, 10}).empty());  // the last block starts at 2^31 - 1
+  CHECK(Contains(AllgatherCountProblem({g, g, 10}), "rank 2's block would start at byte 2147483648"));
+  CHECK(Contains(AllgatherCountProblem({1, two_g}), "rank 1 sends 2147483648 bytes"));
+  // Hierarchical allgather, 2 hosts dealt round robin: each block fits, a host's sum does not.
+  HostBlocks p = PlanHostBlocks({0, 1, 0, 1}, {0, 0, 1, 1}, 2, {g + 5, g + 6, g + 7, g + 8});
+  CHECK((p.offsets == std::vector<int64_t>{0, 2 * g + 12, g + 5, 3 * g + 18}));
+  CHECK((p.host_counts == std::vector<int64_t>{2 * g + 12, 2 * g + 14}));
+  CHECK((p.host_displs == std::vector<int64_t>{0, 2 * g + 12}));
+  CHECK(p.total == 4 * g + 26 && !p.fits_mpi);
+  p = PlanHostBlocks({0, 1, 0, 1}, {0, 0, 1, 1}, 2, {100, 200, 300, 400});
+  CHECK((p.offsets == std::vector<int64_t>{0, 400, 100, 600}) && p.fits_mpi && p.total == 1000);
+  // Alltoall on 3 ranks, 2-byte rows: rank 0 sends 2^31 + 2 bytes to rank 1.
+  std::vector<int64_t> splits = {0, g + 1, 1, 1, 1, 1, 1, 1, 1};
+  CHECK(Contains(AlltoallCountProblem(splits, 3, 2), "rank 0 sends 2147483650 bytes to rank 1"));
+  splits[1] = g - 1;  // fits, but rank 1's rows from rank 2 then land at byte 2^31
+  CHECK(Contains(AlltoallCountProblem(splits, 3, 2), "rank 1's rows from rank 2 would land at byte 2147483648"));
+  splits[1] = g - 2;
+  CHECK(AlltoallCountProblem(splits, 3, 2).empty());
+  // Rank 2 receives 2^30 bytes from ranks 0 and 1: its third block lands at 2^31.
+  CHECK(Contains(AlltoallCountProblem({0, 0, g, 0, 0, g, 0, 0, 1}, 3, 1),
+                 "rank 2's rows from rank 2 would land at byte 2147483648"));
+  // Transfers past 2^31 elements go in int-sized pieces that add up.
+  const int64_t total = 8 * g + 3;
+  int64_t sum = 0;
+  bool fit = true;
+  for (int64_t i = 0; i < ChunkRounds(total, kMpiChunkElements); ++i) {
+    sum += ChunkAt(total, kMpiChunkElements, i);
+    fit = fit && FitsMpiCount(ChunkAt(total, kMpiChunkElements, i));
+  }
+  CHECK(ChunkRounds(total, kMpiChunkElements) == 9 && sum == total && fit && ChunkRounds(0, 1) == 0);
+  // Adasum's halving of 2^33 + 7 elements over 8 ranks, and the way back.
+  const int64_t count = 8 * g + 7;
+  int64_t covered = 0;
+  bool halves = true, back = true;
+  for (int rank = 0; rank < 8; ++rank) {
+    Segment mine{0, count};
+    std::vector<Segment> kept;
+    for (int d = 1; d < 8; d *= 2) {
+      Segment keep, give;
+      HalveSegment(mine, (rank & d) == 0, &keep, &give);
+      halves = halves && keep.count + give.count == mine.count && keep.count >= mine.count / 2 - 1 &&
+               (keep.offset == mine.offset || give.offset == mine.offset);
+      kept.push_back(mine);
+      mine = keep;
+    }
+    covered += mine.count;
+    for (int level = 2; level >= 0; --level) {
+      const Segment other = OtherPart(kept[level], mine);
+      back = back && other.count + mine.count == kept[level].count &&
+             std::min(other.offset, mine.offset) == kept[level].offset;
+      mine = kept[level];
+    }
+  }
+  CHECK(halves && back && covered == count);
+  Segment keep, give;
+  HalveSegment({0, two_g + 3}, false, &keep, &give);
+  CHECK(give.count == g + 1 && keep.offset == g + 1 && keep.count == g + 2);
+}
+
+// Decided by the coordinator, so every rank raises together.
+static void TestCoordinatorCountAndGpuChecks() {
+  const int64_t g = int64_t{1} << 30;
+  for (int device : {-1, 0}) {
+    Coordinator c(3);
+    for (int r = 0; r < 3; ++r) {
+      Request t = MakeRequest(r, "big", {r == 0 ? g + 2 : 3, 2});
+      t.op = OpType::kAlltoall;
+      t.dtype = DataType::kInt8;
+      t.device = device;
+      t.splits = r == 0 ? std::vector<int64_t>{0, g + 1, 1} : std::vector<int64_t>{1, 1, 1};
+      c.Add(t);
+    }
+    std::vector<Response> ready = c.TakeReady();
+    // MPI (CPU) takes int counts; NCCL (GPU) 64-bit ones.
+    CHECK(ready.size() == 1 && ready[0].is_error() == (device < 0));
+    CHECK(device >= 0 || Contains(ready[0].error, "alltoall of tensor 'big' has invalid arguments: "
+                                                  "rank 0 sends 2147483650 bytes to rank 1"));
+  }
+  struct Case { ReduceOp op; DataType dtype; int device; bool refused; };
+  for (const Case& k : {Case{ReduceOp::kMin, DataType::kFloat32, 0, true},
+                        Case{ReduceOp::kSum, DataType::kInt32, 0, true},
+                        Case{ReduceOp::kSum, DataType::kFloat32, 0, false},
+                        Case{ReduceOp::kMin, DataType::kFloat32, -1, false}}) {
+    Coordinator c(2);
+    for (int r = 0; r < 2; ++r) {
+      Request q = MakeRequest(r, "scaled", {4});
+      q.reduce_op = k.op;
+      q.dtype = k.dtype;
+      q.device = k.device;
+      q.prescale = 2.0;
+      c.Add(q);
+    }
+    std::vector<Response> ready = c.TakeReady();
+    CHECK(ready.size() == 1 && ready[0].is_error() == k.refused);
+    CHECK(!k.refused || Contains(ready[0].error, "'scaled' has invalid arguments"));
+  }
+}
+
 int main() {
   TestRequestRoundTrip();
   TestResponseRoundTrip();
@@ -437,6 +540,8 @@ int main() {
   TestHierarchicalChoice();
   TestProcessSetChangeAgreement();
   TestAgreedSettings();
+  TestCountArithmetic();
+  TestCoordinatorCountAndGpuChecks();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -83,6 +83,9 @@ def test_scaling_min_on_gpu_is_refused_with_the_tensor_named():
     if GPU:
         with pytest.raises(e.EngineError, match="scaled_min.*not supported for GPU tensors"):
             p.wait()
+        # Refused by the coordinator on every rank: the NCCL communicator keeps working.
+        y = e.allreduce(x, op=e.Min, name="after_scaled_min").wait()
+        np.testing.assert_array_equal(to_numpy(y), np.ones(4))
     else:  # the CPU path scales any op
         np.testing.assert_array_equal(to_numpy(p.wait()), np.full(4, 2.0))
 

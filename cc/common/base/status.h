@@ -7,7 +7,7 @@
 
 namespace tf_ring {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kPrecondition, kAborted, kUnknown };
+enum class StatusCode { kOk = 0, kInvalidArgument, kPrecondition, kAborted, kUnknown, kResourceExhausted };
 
 class Status {
  public:
@@ -23,6 +23,10 @@ class Status {
   }
   static Status Aborted(std::string msg) { return Status(StatusCode::kAborted, std::move(msg)); }
   static Status Unknown(std::string msg) { return Status(StatusCode::kUnknown, std::move(msg)); }
+  // Some rank could not allocate what a collective needed (every rank raises it).
+  static Status ResourceExhausted(std::string msg) {
+    return Status(StatusCode::kResourceExhausted, std::move(msg));
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -48,12 +48,12 @@ int tf_ring_topology(int* out) {
 }
 
 // Counter order: cycles, negotiations, cache_hits, cache_misses,
-// fused_batches, tensors, bytes, hierarchical_batches.
+// fused_batches, tensors, bytes, hierarchical_batches, then scratch_bytes
+// (the scratch memory held now, not a counter).
 int tf_ring_stats(int64_t* out, int n) {
-  const tf_ring::EngineStats& s = Engine::Get().stats();
-  int64_t values[8] = {s.cycles, s.negotiations, s.cache_hits, s.cache_misses,
-                       s.fused_batches, s.tensors, s.bytes, s.hierarchical_batches};
-  int count = n < 8 ? n : 8;
+  int64_t values[tf_ring::kStatCount];
+  Engine::Get().ProcessSetStats(0, values);
+  int count = n < tf_ring::kStatCount ? n : tf_ring::kStatCount;
   std::memcpy(out, values, sizeof(int64_t) * count);
   return count;
 }

@@ -58,9 +58,9 @@ int tf_ring_process_set_ids(int32_t* out, int max) {
 
 // Counters of set `id` in tf_ring_stats' order; -1 when there is no such set.
 int tf_ring_process_set_stats(int32_t id, int64_t* out, int n) {
-  int64_t values[8];
+  int64_t values[tf_ring::kStatCount];
   if (!Engine::Get().ProcessSetStats(id, values)) return -1;
-  const int count = n < 8 ? n : 8;
+  const int count = n < tf_ring::kStatCount ? n : tf_ring::kStatCount;
   std::memcpy(out, values, sizeof(int64_t) * count);
   return count;
 }

@@ -5,8 +5,12 @@
 #define TF_RING_COMMON_COLLECTIVES_COLLECTIVES_H_
 
 #include <chrono>
+#include <memory>
+#include <new>
+#include <string>
 #include <vector>
 
+#include "common/base/counts.h"
 #include "common/transport/host_layout.h"
 #include "common/base/message.h"
 #include "common/transport/mpi_context.h"
@@ -16,16 +20,35 @@
 
 namespace tf_ring {
 
-// Scratch space reused across cycles so fused batches do not allocate.
+// Scratch space reused across cycles so fused batches do not allocate. The
+// operation manager releases it after a collective that needed more than
+// its bound, so one large collective does not hold memory until shutdown.
 class ScratchBuffer {
  public:
+  // Null when the memory cannot be had: the caller then agrees the failure
+  // with the other ranks (AgreeToProceed) instead of leaving alone.
   char* Get(size_t bytes) {
-    if (bytes_.size() < bytes) bytes_.resize(bytes);
-    return bytes_.data();
+    if (bytes == 0) bytes = 1;
+    if (bytes_ < bytes) {
+      data_.reset();  // free first: the old contents are never needed
+      bytes_ = 0;
+      data_.reset(new (std::nothrow) char[bytes]);
+      if (!data_) return nullptr;
+      bytes_ = bytes;
+    }
+    return data_.get();
   }
+  void Trim(size_t bound) {
+    if (bytes_ > bound) {
+      data_.reset();
+      bytes_ = 0;
+    }
+  }
+  size_t capacity() const { return bytes_; }
 
  private:
-  std::vector<char> bytes_;
+  std::unique_ptr<char[]> data_;
+  size_t bytes_ = 0;
 };
 
 // Where a collective's phases begin (packing, the transfer, unpacking), for
@@ -94,15 +117,21 @@ AcrossHosts CrossHostAllreduce(const HostLayout& hosts, DataType dtype, ReduceOp
 // one rank per host (those with the root's local rank), then inside each host.
 int HierarchicalBcast(const HostLayout& hosts, void* buf, int64_t bytes, int root);
 
-// Where rank r's block of an allgather lands when blocks arrive host by host
-// (in each host, local rank order); counts[r] is rank r's bytes.
-std::vector<int64_t> HostOrderOffsets(const HostLayout& hosts, const std::vector<int>& counts);
+// The transfer of the hierarchical allgather: gathered inside each host,
+// exchanged among one rank per host (local rank 0s), shared inside the
+// host. `recv` gets every block at its plan.offsets place; the plan must
+// fit MPI's int counts (plan.fits_mpi).
+int HierarchicalAllgatherv(const HostLayout& hosts, const void* send, const std::vector<int64_t>& counts,
+                           const HostBlocks& plan, char* recv);
 
-// The transfer of that allgather: gathered inside each host, exchanged among
-// one rank per host (local rank 0s), shared inside the host. `recv` gets
-// every block at its HostOrderOffsets place.
-int HierarchicalAllgatherv(const HostLayout& hosts, const void* send, const std::vector<int>& counts,
-                           const std::vector<int64_t>& offsets, char* recv);
+// "allgather of tensor 'a'" (", fused with 3 more" for a batch), for errors.
+std::string DescribeBatch(const Response& resp);
+
+// Before a collective moves data, every rank says whether its local
+// preparation (allocating outputs or scratch) succeeded. If any failed,
+// every rank returns the same ResourceExhausted error naming those ranks,
+// and no rank enters the transfer, so none waits for a rank that left.
+Status AgreeToProceed(const CollectiveContext& ctx, const Response& resp, const Status& local);
 
 }  // namespace tf_ring
 

@@ -4,6 +4,8 @@
 #include <map>
 #include <sstream>
 
+#include "common/base/counts.h"
+
 namespace tf_ring {
 
 namespace {
@@ -74,6 +76,33 @@ std::string CheckAdasum(const Request& r, int size) {
   return std::string();
 }
 
+// NCCL folds scale factors into one PreMulSum, which only Sum and Average
+// of floating-point tensors have: refused here, on every rank together,
+// rather than by each rank's transport (which would abort the communicator).
+std::string CheckGpuScaling(const Request& r) {
+  if (r.device < 0 || r.prescale * r.postscale == 1.0) return std::string();
+  if (r.reduce_op == ReduceOp::kMin || r.reduce_op == ReduceOp::kMax || r.reduce_op == ReduceOp::kProduct)
+    return std::string("prescale/postscale factors with ") + ReduceOpName(r.reduce_op) +
+           " are not supported for GPU tensors; scale the tensor before or after the collective";
+  if (!IsFloatingPoint(r.dtype))
+    return std::string("scale factors on integer GPU tensors (") + DataTypeName(r.dtype) +
+           ") are not supported; use a floating-point tensor or scale it yourself";
+  return std::string();
+}
+
+// MPI_Alltoallv takes int counts and offsets (NCCL's are 64-bit).
+std::string CheckAlltoallCounts(const std::vector<Request>& by_rank, int size) {
+  const Request& first = by_rank[0];
+  if (first.device >= 0 || static_cast<int>(by_rank.size()) != size) return std::string();
+  std::vector<int64_t> matrix;
+  for (const auto& r : by_rank) matrix.insert(matrix.end(), r.splits.begin(), r.splits.end());
+  int64_t row_bytes = static_cast<int64_t>(DataTypeSize(first.dtype));
+  for (size_t d = 1; d < first.shape.size(); ++d) row_bytes *= first.shape[d];
+  const std::string problem = AlltoallCountProblem(matrix, size, row_bytes);
+  if (problem.empty()) return problem;
+  return problem + "; exchange fewer rows at once";
+}
+
 std::string Validate(const std::vector<Request>& by_rank, int size) {
   std::string err = CheckSame(by_rank, "the operation",
                               [](const Request& r) { return std::string(OpTypeName(r.op)); });
@@ -106,6 +135,7 @@ std::string Validate(const std::vector<Request>& by_rank, int size) {
       if (err.empty() && !IsReducible(first.dtype))
         err = std::string("reductions are not defined on dtype ") + DataTypeName(first.dtype);
       if (err.empty() && first.reduce_op == ReduceOp::kAdasum) err = CheckAdasum(first, size);
+      if (err.empty()) err = CheckGpuScaling(first);
       return err;
     case OpType::kAllgather:
     case OpType::kAlltoall: {
@@ -140,7 +170,7 @@ std::string Validate(const std::vector<Request>& by_rank, int size) {
                  " sum to " + std::to_string(total) + " but the first dimension is " +
                  std::to_string(r.shape[0]) + "; the splits must add up to the rows of the tensor";
       }
-      return err;
+      return CheckAlltoallCounts(by_rank, size);
     }
     case OpType::kBroadcast:
       err = CheckSame(by_rank, "the root rank",
@@ -219,6 +249,14 @@ Response BuildResponse(const std::vector<Request>& by_rank, const std::vector<bo
   }
   resp = BuildResponse(submitted, size);
   if (resp.is_error()) return resp;
+  if (resp.gpu && first.reduce_op == ReduceOp::kAverage && !IsFloatingPoint(first.dtype) &&
+      first.op == OpType::kAllreduce) {
+    // NCCL's ncclAvg divides by every rank; a PreMulSum needs a float.
+    resp.error = "allreduce of tensor '" + first.name + "': Average while " + who +
+                 " joined is not supported on integer GPU tensors (" + DataTypeName(first.dtype) +
+                 "); use a floating-point tensor or Sum and divide yourself.";
+    return resp;
+  }
   if (first.op == OpType::kBroadcast && !present[first.root_rank]) {
     resp.error = "broadcast of tensor '" + first.name + "' has root rank " +
                  std::to_string(first.root_rank) + ", which already called join() and has no data "

@@ -8,6 +8,9 @@
 
 namespace tf_ring {
 
+// How many values tf_ring_stats() reports (the fields below, in order).
+constexpr int kStatCount = 9;
+
 struct EngineStats {
   std::atomic<int64_t> cycles{0};
   std::atomic<int64_t> negotiations{0};
@@ -17,6 +20,8 @@ struct EngineStats {
   std::atomic<int64_t> tensors{0};
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> hierarchical_batches{0};  // collectives that crossed hosts hierarchically
+  // Not a counter: the collectives' scratch memory held now (reset leaves it).
+  std::atomic<int64_t> scratch_bytes{0};
 };
 
 }  // namespace tf_ring

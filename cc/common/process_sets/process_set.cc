@@ -52,7 +52,9 @@ void ProcessSet::RunCycle(int64_t fusion_threshold) {
   std::vector<Response> batches =
       FuseResponses(std::move(responses.responses), fusion_threshold,
                     [this, size](const Response& r) { return ResponsePayloadBytes(r, &queue_, size); });
-  for (const Response& resp : batches) operations_->Execute(resp, &queue_, &stats_);
+  for (const Response& resp : batches) {
+    operations_->Execute(resp, &queue_, &stats_, fusion_threshold);
+  }
 }
 
 std::vector<TensorEntry> ProcessSet::Close() {

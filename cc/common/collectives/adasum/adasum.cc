@@ -11,8 +11,10 @@
 // over the block of ranks that holds them. After the last level every rank
 // holds 1/size of the result; the halving is then undone (distance halving)
 // so every rank ends with all of it.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "common/collectives/collectives.h"
@@ -30,9 +32,21 @@ MPI_Datatype MpiTypeOf<float>() { return MPI_FLOAT; }
 template <>
 MPI_Datatype MpiTypeOf<double>() { return MPI_DOUBLE; }
 
-struct Segment {
-  int64_t offset, count;
-};
+// MPI_Sendrecv with 64-bit counts, in int-sized pieces. The peer calls it
+// with the two counts swapped, so both sides take the same number of rounds.
+template <typename T>
+int SendrecvLarge(const T* send, int64_t send_count, T* recv, int64_t recv_count, int peer, int tag,
+                  MPI_Comm comm) {
+  const int64_t k = kMpiChunkElements;
+  const int64_t rounds = std::max(ChunkRounds(send_count, k), ChunkRounds(recv_count, k));
+  for (int64_t i = 0; i < rounds; ++i) {
+    const int rc = MPI_Sendrecv(send + i * k, static_cast<int>(ChunkAt(send_count, k, i)), MpiTypeOf<T>(),
+                                peer, tag, recv + i * k, static_cast<int>(ChunkAt(recv_count, k, i)),
+                                MpiTypeOf<T>(), peer, tag, comm, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  return MPI_SUCCESS;
+}
 
 // Sums `values` over the 2 * distance ranks of this rank's block by
 // recursive doubling. Every rank adds the same pairs (a + b == b + a), so
@@ -48,29 +62,25 @@ int SumOverBlock(double* values, int n, int distance, int rank, MPI_Comm comm) {
   return MPI_SUCCESS;
 }
 
+// `received` holds count / 2 + 1 elements.
 template <typename T>
-Status AdasumInPlace(T* data, int64_t count, const MpiContext& mpi) {
+Status AdasumInPlace(T* data, int64_t count, T* received, const MpiContext& mpi) {
   const int size = mpi.size(), rank = mpi.rank();
   MPI_Comm comm = mpi.comm();
-  const MPI_Datatype type = MpiTypeOf<T>();
-  std::vector<T> received(count / 2 + 1);
   std::vector<Segment> kept;  // my segment before each level, for the way back
   Segment mine{0, count};
   for (int distance = 1; distance < size; distance *= 2) {
     const int peer = rank ^ distance;
     const bool left = (rank & distance) == 0;  // my block is the left operand
-    const int64_t first = mine.count / 2, second = mine.count - first;
-    const Segment keep = left ? Segment{mine.offset, first} : Segment{mine.offset + first, second};
-    const Segment give = left ? Segment{mine.offset + first, second} : Segment{mine.offset, first};
+    Segment keep, give;
+    HalveSegment(mine, left, &keep, &give);
     kept.push_back(mine);
     // The peer holds the same segment and keeps the other half.
-    int rc = MPI_Sendrecv(data + give.offset, static_cast<int>(give.count), type, peer, 2,
-                          received.data(), static_cast<int>(keep.count), type, peer, 2, comm,
-                          MPI_STATUS_IGNORE);
+    int rc = SendrecvLarge(data + give.offset, give.count, received, keep.count, peer, 2, comm);
     if (rc != MPI_SUCCESS) return Status::Unknown("Adasum: MPI_Sendrecv failed");
     // Partial dot product and squared norms on my part of the two vectors.
     T* own = data + keep.offset;
-    const T* other = received.data();
+    const T* other = received;
     double sums[3] = {0.0, 0.0, 0.0};  // a.b, |a|^2, |b|^2
     for (int64_t i = 0; i < keep.count; ++i) {
       const double x = own[i], y = other[i];
@@ -93,14 +103,33 @@ Status AdasumInPlace(T* data, int64_t count, const MpiContext& mpi) {
   for (int level = static_cast<int>(kept.size()) - 1; level >= 0; --level) {
     const int peer = rank ^ (1 << level);
     const Segment whole = kept[level];
-    const Segment theirs = mine.offset == whole.offset
-                               ? Segment{whole.offset + mine.count, whole.count - mine.count}
-                               : Segment{whole.offset, whole.count - mine.count};
-    int rc = MPI_Sendrecv(data + mine.offset, static_cast<int>(mine.count), type, peer, 3,
-                          data + theirs.offset, static_cast<int>(theirs.count), type, peer, 3,
-                          comm, MPI_STATUS_IGNORE);
+    const Segment theirs = OtherPart(whole, mine);
+    int rc = SendrecvLarge(data + mine.offset, mine.count, data + theirs.offset, theirs.count, peer, 3, comm);
     if (rc != MPI_SUCCESS) return Status::Unknown("Adasum: MPI_Sendrecv failed while gathering");
     mine = whole;
+  }
+  return Status::OK();
+}
+
+// Buffers one tensor's Adasum needs beyond its output, allocated before
+// any data moves so a failure can be agreed (AgreeToProceed).
+struct AdasumBuffers {
+  std::vector<float> wide;        // float16: the tensor in float32
+  std::vector<double> received64;  // the peer's half, by the type combined in
+  std::vector<float> received32;
+};
+
+Status Allocate(DataType dtype, int64_t count, AdasumBuffers* b) {
+  try {
+    const size_t half = static_cast<size_t>(count / 2 + 1);
+    if (dtype == DataType::kFloat64) {
+      b->received64.resize(half);
+    } else {
+      b->received32.resize(half);
+      if (dtype == DataType::kFloat16) b->wide.resize(static_cast<size_t>(count));
+    }
+  } catch (const std::bad_alloc&) {
+    return Status::Unknown("no memory for Adasum's working buffers");
   }
   return Status::OK();
 }
@@ -113,26 +142,26 @@ Status RunAdasum(const CollectiveContext& ctx, const Response& resp,
   // Never fused: the dot products belong to one tensor, so run them one by one.
   for (TensorEntry& e : entries) {
     const int64_t count = e.NumElements();
-    if (count > (int64_t{1} << 31) - 2)
-      return Status::InvalidArgument("Adasum of tensor '" + e.name +
-                                     "' has more than 2^31 elements; split the tensor.");
+    if (resp.dtype != DataType::kFloat16 && resp.dtype != DataType::kFloat32 &&
+        resp.dtype != DataType::kFloat64) {
+      return Status::InvalidArgument(std::string("Adasum is not defined on dtype ") +
+                                     DataTypeName(resp.dtype));
+    }
+    AdasumBuffers b;
+    Status s = AgreeToProceed(ctx, resp, Allocate(resp.dtype, count, &b));
+    if (!s.ok()) return s;
     if (e.input != e.output && count > 0) std::memcpy(e.output, e.input, e.NumBytes());
     ScaleBuffer(e.output, count, resp.dtype, resp.prescale);
-    Status s;
     if (resp.dtype == DataType::kFloat32) {
-      s = AdasumInPlace(static_cast<float*>(e.output), count, *ctx.mpi);
+      s = AdasumInPlace(static_cast<float*>(e.output), count, b.received32.data(), *ctx.mpi);
     } else if (resp.dtype == DataType::kFloat64) {
-      s = AdasumInPlace(static_cast<double*>(e.output), count, *ctx.mpi);
-    } else if (resp.dtype == DataType::kFloat16) {
+      s = AdasumInPlace(static_cast<double*>(e.output), count, b.received64.data(), *ctx.mpi);
+    } else {
       // Combine in float32; float16 would lose the small corrections.
       uint16_t* half = static_cast<uint16_t*>(e.output);
-      std::vector<float> wide(count);
-      for (int64_t i = 0; i < count; ++i) wide[i] = HalfToFloat(half[i]);
-      s = AdasumInPlace(wide.data(), count, *ctx.mpi);
-      for (int64_t i = 0; i < count; ++i) half[i] = FloatToHalf(wide[i]);
-    } else {
-      s = Status::InvalidArgument(std::string("Adasum is not defined on dtype ") +
-                                  DataTypeName(resp.dtype));
+      for (int64_t i = 0; i < count; ++i) b.wide[i] = HalfToFloat(half[i]);
+      s = AdasumInPlace(b.wide.data(), count, b.received32.data(), *ctx.mpi);
+      for (int64_t i = 0; i < count; ++i) half[i] = FloatToHalf(b.wide[i]);
     }
     if (!s.ok()) return s;
     ScaleBuffer(e.output, count, resp.dtype, resp.postscale);

@@ -1,58 +1,30 @@
 // Hierarchical allgather: each host gathers its ranks' blocks on local rank 0,
 // the local rank 0s exchange whole hosts' blocks, and each shares the result
 // inside its host. The network carries each block once per host pair, in one
-// flow per host.
-#include <algorithm>
-
+// flow per host. The layout (PlanHostBlocks, base/counts.h) is summed in 64
+// bits; the caller runs the flat allgather when it does not fit MPI's ints.
 #include "common/collectives/collectives.h"
 
 namespace tf_ring {
 
-namespace {
-// Global ranks ordered host by host, each host's in local rank order.
-std::vector<int> HostOrder(const HostLayout& hosts) {
-  std::vector<int> order(hosts.host_of.size());
-  for (size_t r = 0; r < order.size(); ++r) order[r] = static_cast<int>(r);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    if (hosts.host_of[a] != hosts.host_of[b]) return hosts.host_of[a] < hosts.host_of[b];
-    return hosts.local_rank_of[a] < hosts.local_rank_of[b];
-  });
-  return order;
-}
-}  // namespace
-
-std::vector<int64_t> HostOrderOffsets(const HostLayout& hosts, const std::vector<int>& counts) {
-  std::vector<int64_t> offsets(counts.size());
-  int64_t at = 0;
-  for (int r : HostOrder(hosts)) {
-    offsets[r] = at;
-    at += counts[r];
+int HierarchicalAllgatherv(const HostLayout& hosts, const void* send, const std::vector<int64_t>& counts,
+                           const HostBlocks& plan, char* recv) {
+  // plan.fits_mpi: every value cast to int below fits.
+  std::vector<int> host_counts(hosts.hosts), host_displs(hosts.hosts);
+  for (int h = 0; h < hosts.hosts; ++h) {
+    host_counts[h] = static_cast<int>(plan.host_counts[h]);
+    host_displs[h] = static_cast<int>(plan.host_displs[h]);
   }
-  return offsets;
-}
-
-int HierarchicalAllgatherv(const HostLayout& hosts, const void* send, const std::vector<int>& counts,
-                           const std::vector<int64_t>& offsets, char* recv) {
-  // Per host: its block's start and length; per local rank of this host: the same.
-  std::vector<int> host_counts(hosts.hosts, 0), host_displs(hosts.hosts, 0);
+  // Per local rank of this host: its block's length and place in the host's block.
   std::vector<int> local_counts(hosts.local_size, 0), local_displs(hosts.local_size, 0);
-  std::vector<bool> host_seen(hosts.hosts, false);
-  int64_t total = 0;
-  for (int r : HostOrder(hosts)) {
-    const int h = hosts.host_of[r];
-    if (!host_seen[h]) host_displs[h] = static_cast<int>(offsets[r]);
-    host_seen[h] = true;
-    host_counts[h] += counts[r];
-    total += counts[r];
-  }
   const int me_host = hosts.host;
   for (size_t r = 0; r < counts.size(); ++r) {
     if (hosts.host_of[r] != me_host) continue;
-    local_counts[hosts.local_rank_of[r]] = counts[r];
-    local_displs[hosts.local_rank_of[r]] = static_cast<int>(offsets[r] - host_displs[me_host]);
+    local_counts[hosts.local_rank_of[r]] = static_cast<int>(counts[r]);
+    local_displs[hosts.local_rank_of[r]] = static_cast<int>(plan.offsets[r] - plan.host_displs[me_host]);
   }
 
-  char* my_host_block = recv + host_displs[me_host];
+  char* my_host_block = recv + plan.host_displs[me_host];
   int rc = MPI_Gatherv(send, local_counts[hosts.local_rank], MPI_BYTE, my_host_block,
                        local_counts.data(), local_displs.data(), MPI_BYTE, 0, hosts.local_comm);
   if (rc != MPI_SUCCESS) return rc;
@@ -62,7 +34,7 @@ int HierarchicalAllgatherv(const HostLayout& hosts, const void* send, const std:
                         host_displs.data(), MPI_BYTE, hosts.cross_comm);
     if (rc != MPI_SUCCESS) return rc;
   }
-  return MpiBcastLarge(recv, total, 0, hosts.local_comm);
+  return MpiBcastLarge(recv, plan.total, 0, hosts.local_comm);
 }
 
 }  // namespace tf_ring

@@ -2,8 +2,6 @@
 // its tensors back to back; rank r's block lands at displacement r (or, with
 // the hierarchical transfer, at its place host by host) and is unpacked into
 // every output in rank order.
-#include <algorithm>
-#include <climits>
 #include <cstring>
 
 #include "common/collectives/collectives.h"
@@ -25,50 +23,65 @@ Status RunAllgather(const CollectiveContext& ctx, const Response& resp,
     row_bytes[t] = row * elem;
     for (int r = 0; r < size; ++r) total_rows[t] += resp.sizes[t * size + r];
   }
+  std::vector<int64_t> bytes_of(size, 0);  // rank r's block, all tensors together
+  for (int r = 0; r < size; ++r) {
+    for (size_t t = 0; t < num; ++t) bytes_of[r] += resp.sizes[t * size + r] * row_bytes[t];
+  }
+  // From the agreed row counts: every rank takes the same decision.
+  const std::string problem = AllgatherCountProblem(bytes_of);
+  if (!problem.empty()) {
+    return Status::InvalidArgument(DescribeBatch(resp) + ": " + problem + "; split the tensor" +
+                                   (num > 1 ? " or lower TF_RING_FUSION_THRESHOLD." : "."));
+  }
   std::vector<int> counts(size), displs(size);
   int64_t total_bytes = 0;
   for (int r = 0; r < size; ++r) {
-    int64_t bytes = 0;
-    for (size_t t = 0; t < num; ++t) bytes += resp.sizes[t * size + r] * row_bytes[t];
-    if (bytes > INT_MAX || total_bytes > INT_MAX) {
-      return Status::InvalidArgument("allgather of tensor '" + entries[0].name +
-                                     "' moves more than 2 GiB per rank; split the tensor.");
-    }
-    counts[r] = static_cast<int>(bytes);
+    counts[r] = static_cast<int>(bytes_of[r]);
     displs[r] = static_cast<int>(total_bytes);
-    total_bytes += bytes;
+    total_bytes += bytes_of[r];
   }
+  // Host by host, a host's blocks together may pass MPI's int counts where
+  // no single block does: that batch runs flat (the same decision everywhere).
+  bool hierarchical = RunsHierarchical(ctx, OpType::kAllgather);
+  HostBlocks plan;
+  if (hierarchical) {
+    plan = PlanHostBlocks(ctx.hosts->host_of, ctx.hosts->local_rank_of, ctx.hosts->hosts, bytes_of);
+    hierarchical = plan.fits_mpi;
+  }
+  std::vector<int64_t> offsets(displs.begin(), displs.end());  // where rank r's block arrives
+  if (hierarchical) offsets = plan.offsets;
+  const int rank = ctx.mpi->rank();
+  // One tensor arriving in rank order lands straight in the output.
+  const bool direct = num == 1 && offsets == std::vector<int64_t>(displs.begin(), displs.end());
 
-  std::vector<char*> outputs(num);
-  for (size_t t = 0; t < num; ++t) {
+  Status local;
+  std::vector<char*> outputs(num, nullptr);
+  for (size_t t = 0; t < num && local.ok(); ++t) {
     std::vector<int64_t> shape = entries[t].shape;
     shape[0] = total_rows[t];
     void* data = nullptr;
-    Status s = entries[t].allocate_output(0, shape, &data);
-    if (!s.ok()) return s;
+    local = entries[t].allocate_output(0, shape, &data);
     outputs[t] = static_cast<char*>(data);
   }
+  char* send = nullptr;
+  if (local.ok() && !direct) {
+    send = ctx.scratch->Get(total_bytes + counts[rank]);
+    if (send == nullptr) local = Status::Unknown("no scratch memory for the fused transfer");
+  }
+  Status agreed = AgreeToProceed(ctx, resp, local);
+  if (!agreed.ok()) return agreed;
 
-  const int rank = ctx.mpi->rank();
-  const bool hierarchical = RunsHierarchical(ctx, OpType::kAllgather);
-  std::vector<int64_t> offsets(displs.begin(), displs.end());  // where rank r's block arrives
-  if (hierarchical) offsets = HostOrderOffsets(*ctx.hosts, counts);
   auto transfer = [&](const void* send, char* recv) {
-    if (hierarchical) return HierarchicalAllgatherv(*ctx.hosts, send, counts, offsets, recv);
+    if (hierarchical) return HierarchicalAllgatherv(*ctx.hosts, send, bytes_of, plan, recv);
     return MPI_Allgatherv(send, counts[rank], MPI_BYTE, recv, counts.data(), displs.data(), MPI_BYTE,
                           ctx.mpi->comm());
   };
   int rc;
-  // One tensor arriving in rank order lands straight in the output.
-  const bool in_rank_order =
-      std::equal(offsets.begin(), offsets.end(), displs.begin(),
-                 [](int64_t a, int b) { return a == static_cast<int64_t>(b); });
-  if (num == 1 && in_rank_order) {
+  if (direct) {
     MarkPhase(ctx, "ALLGATHER");
     rc = transfer(entries[0].input, outputs[0]);
   } else {
     MarkPhase(ctx, kMemcpyIn);
-    char* send = ctx.scratch->Get(total_bytes + counts[rank]);
     char* recv = send + counts[rank];
     int64_t offset = 0;
     for (size_t t = 0; t < num; ++t) {

@@ -75,6 +75,9 @@ Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,
     MarkPhase(ctx, kMemcpyIn);
     for (auto& e : entries) count += e.NumElements();
     buf = ctx.scratch->Get(count * elem);
+    Status agreed = AgreeToProceed(
+        ctx, resp, buf ? Status::OK() : Status::Unknown("no scratch memory for the fused batch"));
+    if (!agreed.ok()) return agreed;
     int64_t offset = 0;
     for (auto& e : entries) {
       std::memcpy(buf + offset, e.input, e.NumBytes());

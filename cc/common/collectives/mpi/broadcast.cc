@@ -27,6 +27,9 @@ Status RunBroadcast(const CollectiveContext& ctx, const Response& resp,
     int64_t total = 0;
     for (auto& e : entries) total += e.NumBytes();
     char* buf = ctx.scratch->Get(total);
+    Status agreed = AgreeToProceed(
+        ctx, resp, buf ? Status::OK() : Status::Unknown("no scratch memory for the fused batch"));
+    if (!agreed.ok()) return agreed;
     MarkPhase(ctx, kMemcpyIn);
     if (is_root) {
       int64_t offset = 0;

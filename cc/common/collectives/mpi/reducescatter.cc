@@ -36,16 +36,25 @@ Status ReducescatterOne(const CollectiveContext& ctx, const Response& resp, Tens
   std::vector<int64_t> out_shape = e.shape;
   out_shape[0] = RowsOfRank(e.shape[0], size, rank);
   void* out = nullptr;
-  Status s = e.allocate_output(0, out_shape, &out);
-  if (!s.ok()) return s;
-
-  // The input is read-only and the prescale must not touch it: work on a copy.
+  Status local = e.allocate_output(0, out_shape, &out);
+  // The input is read-only: a prescale works on a copy in scratch. Without
+  // one, MPI reads the input itself and no copy (or scratch) is needed.
   const int64_t total = e.NumElements();
-  char* send = ctx.scratch->Get(total * elem);
-  if (total > 0) std::memcpy(send, e.input, total * elem);
-  ScaleBuffer(send, total, e.dtype, resp.prescale);
+  const bool prescaled = resp.prescale != 1.0;
+  char* send = nullptr;
+  if (local.ok() && prescaled) {
+    send = ctx.scratch->Get(total * elem);
+    if (send == nullptr) local = Status::Unknown("no scratch memory for the prescaled copy");
+  }
+  Status agreed = AgreeToProceed(ctx, resp, local);
+  if (!agreed.ok()) return agreed;
+  if (prescaled) {
+    if (total > 0) std::memcpy(send, e.input, total * elem);
+    ScaleBuffer(send, total, e.dtype, resp.prescale);
+  }
+  const void* input = prescaled ? send : e.input;
 
-  int rc = MPI_Reduce_scatter(send, out, counts.data(), MpiDatatype(e.dtype),
+  int rc = MPI_Reduce_scatter(input, out, counts.data(), MpiDatatype(e.dtype),
                               MpiReduceOp(resp.reduce_op, e.dtype), ctx.mpi->comm());
   if (rc != MPI_SUCCESS) {
     return Status::Unknown("MPI_Reduce_scatter failed with code " + std::to_string(rc));
