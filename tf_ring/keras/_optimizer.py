@@ -26,8 +26,9 @@ from tf_ring.tape import local_layer_variables
 class _Settings:
     """What the wrapper needs at apply time; a plain object so Keras does not track it."""
 
-    def __init__(self, op, compression, backward_passes_per_step, average_aggregated_gradients,
-                 sparse_as_dense, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+    def __init__(self, op=ops.Average, compression=Compression.none, backward_passes_per_step=1,
+                 average_aggregated_gradients=False, sparse_as_dense=False,
+                 gradient_predivide_factor=1.0, num_groups=0, groups=None,
                  scale_local_gradients=True, process_set=global_process_set):
         if op not in (ops.Average, ops.Sum, ops.Adasum):
             raise ValueError("DistributedOptimizer: op must be tf_ring.Average, Sum or Adasum, got %r"
@@ -235,15 +236,13 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     return wrapped
 
 
-def make_distributed_in_place(optimizer, **kwargs):
+def make_distributed_in_place(optimizer, local_variables=(), **settings):
     """Turns an existing optimizer (e.g. one just loaded with its state) into a
-    tf_ring one without rebuilding it, so its variables keep their values."""
-    settings = _Settings(kwargs.pop("op", ops.Average), kwargs.pop("compression", None),
-                         kwargs.pop("backward_passes_per_step", 1),
-                         kwargs.pop("average_aggregated_gradients", False),
-                         kwargs.pop("sparse_as_dense", False))
-    if kwargs:
-        raise TypeError("unexpected arguments: %s" % ", ".join(sorted(kwargs)))
+    tf_ring one without rebuilding it, so its variables keep their values.
+    `settings`: DistributedOptimizer's keyword arguments (name and devices aside)."""
+    settings = _Settings(**settings)
     optimizer.__class__ = distributed_class(_base_class(optimizer))
     optimizer._tf_ring_settings = settings
+    for var in local_variables:
+        optimizer.register_local_var(var)
     return optimizer
