@@ -63,10 +63,6 @@ def test_metric_average_callback():
     cases.check_metric_average(keras, SGD)
 
 
-def test_learning_rate_warmup_callback():
-    cases.check_warmup(keras, SGD)
-
-
 def test_learning_rate_schedule_callback():
     cases.check_schedule(keras, SGD)
 

@@ -75,10 +75,6 @@ def test_metric_average_callback():
     cases.check_metric_average(tf_keras, SGD)
 
 
-def test_learning_rate_warmup_callback():
-    cases.check_warmup(tf_keras, SGD)
-
-
 def test_learning_rate_schedule_callback():
     cases.check_schedule(tf_keras, LEGACY_SGD)
 

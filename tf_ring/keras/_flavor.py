@@ -20,6 +20,11 @@ def is_tf_keras_optimizer_class(cls):
     return issubclass(cls, (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer))
 
 
+def is_tf_keras_legacy_optimizer_class(cls):
+    import tf_keras
+    return issubclass(cls, tf_keras.optimizers.legacy.Optimizer)
+
+
 def keras_module():
     """The Keras package that tf.keras resolves to in this process."""
     if legacy_keras_active():

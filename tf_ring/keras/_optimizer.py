@@ -6,7 +6,10 @@ schedules and model.save() see the optimizer they expect. Only the step that
 receives gradients changes: Keras 3's `apply` (called by apply_gradients from
 the trainer's train_step) and tf_keras's `apply_gradients` (called by minimize).
 All allreduces are issued in the train-step graph, where the engine fuses them.
+Under a loss-scale optimizer they move before its finiteness check (_loss_scale).
 """
+import functools
+
 import tensorflow as tf
 
 from tf_ring import ops
@@ -14,7 +17,8 @@ from tf_ring.compression import Compression
 from tf_ring.gradient_reduction import predivide_scales, resolve_groups, variable_key
 from tf_ring.keras import _flavor, _xla
 from tf_ring.keras._aggregation import LocalGradientAccumulator
-from tf_ring.keras._reduce import allreduce_gradients, to_dense
+from tf_ring.keras._loss_scale import PreReduced, install_keras3_hook, tf_keras_aggregate
+from tf_ring.keras._reduce import reduce_gradients, to_dense
 from tf_ring.process_set import global_process_set, process_set_id_of
 from tf_ring.tape import local_layer_variables
 
@@ -22,8 +26,9 @@ from tf_ring.tape import local_layer_variables
 class _Settings:
     """What the wrapper needs at apply time; a plain object so Keras does not track it."""
 
-    def __init__(self, op, compression, backward_passes_per_step, average_aggregated_gradients,
-                 sparse_as_dense, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+    def __init__(self, op=ops.Average, compression=Compression.none, backward_passes_per_step=1,
+                 average_aggregated_gradients=False, sparse_as_dense=False,
+                 gradient_predivide_factor=1.0, num_groups=0, groups=None,
                  scale_local_gradients=True, process_set=global_process_set):
         if op not in (ops.Average, ops.Sum, ops.Adasum):
             raise ValueError("DistributedOptimizer: op must be tf_ring.Average, Sum or Adasum, got %r"
@@ -46,23 +51,11 @@ class _Settings:
         process_set_id_of(process_set, "DistributedOptimizer")  # registered, or a clear error
         self.process_set = process_set
         self.accumulator = LocalGradientAccumulator(self.passes) if self.passes > 1 else None
-
-
-def _reduce(settings, grads, variables, postscale_factor=1.0):
-    """Reduces the gradients of shared variables; local variables keep theirs
-    (scaled like the rest, and divided by size() when scale_local_gradients)."""
-    shared = [i for i, v in enumerate(variables) if variable_key(v) not in settings.local_keys]
-    reduced = allreduce_gradients([grads[i] for i in shared], [variables[i] for i in shared],
-                                  settings.op, settings.compression,
-                                  prescale_factor=settings.prescale,
-                                  postscale_factor=postscale_factor * settings.postscale,
-                                  process_set=settings.process_set)
-    local_scale = postscale_factor / (settings.process_set.size()
-                                      if settings.scale_local_gradients else 1)
-    results = [g if g is None or local_scale == 1.0 else g * local_scale for g in grads]
-    for i, out in zip(shared, reduced):
-        results[i] = out
-    return results
+        # Set while a loss-scale optimizer around this one has reduced the gradients
+        # before its finiteness check (see _loss_scale).
+        self.reduced_by_caller = False
+        self.pre_reduced = PreReduced()
+        self.applying = False
 
 
 def _register_local_var(optimizer, var):
@@ -82,8 +75,11 @@ def _keras3_subclass(base):
                 trainable_variables = list(trainable_variables)
                 variables = trainable_variables
             grads = [None if g is None else to_dense(g) for g in grads]
+            if settings.reduced_by_caller:
+                return base.apply(self, grads, trainable_variables)
             if settings.accumulator is None:
-                return base.apply(self, _reduce(settings, grads, variables), trainable_variables)
+                return base.apply(self, reduce_gradients(settings, grads, variables),
+                                  trainable_variables)
             if not self.built:
                 # Build outside the tf.cond below so slot variables are not made in a branch.
                 import keras
@@ -91,8 +87,8 @@ def _keras3_subclass(base):
                     self.build(variables)
 
             def reduce_and_apply(totals):
-                base.apply(self, _reduce(settings, totals, variables, settings.aggregate_scale),
-                           variables)
+                base.apply(self, reduce_gradients(settings, totals, variables,
+                                                  settings.aggregate_scale), variables)
 
             def count_skipped_pass():
                 self._iterations.assign_add(1)
@@ -100,6 +96,31 @@ def _keras3_subclass(base):
             settings.accumulator.step(grads, variables, reduce_and_apply, count_skipped_pass)
 
     return Keras3Distributed
+
+
+def _reduce_and_apply_gradients(optimizer, base, pairs, args, kwargs):
+    settings = optimizer._tf_ring_settings
+    grads = [None if g is None else to_dense(g) for g, _ in pairs]
+    variables = [v for _, v in pairs]
+    if settings.accumulator is None:
+        reduced = reduce_gradients(settings, grads, variables)
+        return base.apply_gradients(optimizer, list(zip(reduced, variables)), *args, **kwargs)
+    with tf.init_scope():
+        iterations = optimizer.iterations  # created here, not inside a cond branch
+
+    def reduce_and_apply(totals):
+        reduced = reduce_gradients(settings, totals, variables, settings.aggregate_scale)
+        base.apply_gradients(optimizer, list(zip(reduced, variables)), *args, **kwargs)
+
+    def count_skipped_pass():
+        iterations.assign_add(1)
+
+    applied = settings.accumulator.step(grads, variables, reduce_and_apply, count_skipped_pass)
+    if _flavor.is_tf_keras_legacy_optimizer_class(base) and not tf.executing_eagerly():
+        # What legacy apply_gradients returns in a graph: an op (a loss-scale
+        # optimizer's tf.cond pairs it with its own skip-branch op).
+        return tf.group(applied)
+    return iterations
 
 
 def _tf_keras_subclass(base):
@@ -110,24 +131,20 @@ def _tf_keras_subclass(base):
             _xla.raise_if_tracing_under_xla()
             settings = self._tf_ring_settings
             pairs = list(grads_and_vars)
-            grads = [None if g is None else to_dense(g) for g, _ in pairs]
-            variables = [v for _, v in pairs]
-            if settings.accumulator is None:
-                reduced = _reduce(settings, grads, variables)
-                return base.apply_gradients(self, list(zip(reduced, variables)), *args, **kwargs)
-            with tf.init_scope():
-                iterations = self.iterations  # created here, not inside a cond branch
+            # The base class aggregates again through the hooks below: a pass-through then.
+            settings.applying = True
+            try:
+                if settings.pre_reduced.take([g for g, _ in pairs]):
+                    return base.apply_gradients(self, pairs, *args, **kwargs)
+                return _reduce_and_apply_gradients(self, base, pairs, args, kwargs)
+            finally:
+                settings.applying = False
 
-            def reduce_and_apply(totals):
-                reduced = _reduce(settings, totals, variables, settings.aggregate_scale)
-                base.apply_gradients(self, list(zip(reduced, variables)), *args, **kwargs)
-
-            def count_skipped_pass():
-                iterations.assign_add(1)
-
-            settings.accumulator.step(grads, variables, reduce_and_apply, count_skipped_pass)
-            return iterations
-
+    # A loss-scale optimizer aggregates through these before its finiteness check.
+    for hook in ("aggregate_gradients", "_aggregate_gradients"):
+        if hasattr(base, hook):
+            setattr(TfKerasDistributed, hook, functools.partialmethod(
+                tf_keras_aggregate, getattr(base, hook)))
     return TfKerasDistributed
 
 
@@ -138,6 +155,7 @@ def distributed_class(base):
     """The tf_ring subclass of optimizer class `base` (one per base class)."""
     if base not in _SUBCLASSES:
         if _flavor.is_keras3_optimizer_class(base):
+            install_keras3_hook()
             cls = _keras3_subclass(base)
         elif _flavor.is_tf_keras_optimizer_class(base):
             cls = _tf_keras_subclass(base)
@@ -218,15 +236,13 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     return wrapped
 
 
-def make_distributed_in_place(optimizer, **kwargs):
+def make_distributed_in_place(optimizer, local_variables=(), **settings):
     """Turns an existing optimizer (e.g. one just loaded with its state) into a
-    tf_ring one without rebuilding it, so its variables keep their values."""
-    settings = _Settings(kwargs.pop("op", ops.Average), kwargs.pop("compression", None),
-                         kwargs.pop("backward_passes_per_step", 1),
-                         kwargs.pop("average_aggregated_gradients", False),
-                         kwargs.pop("sparse_as_dense", False))
-    if kwargs:
-        raise TypeError("unexpected arguments: %s" % ", ".join(sorted(kwargs)))
+    tf_ring one without rebuilding it, so its variables keep their values.
+    `settings`: DistributedOptimizer's keyword arguments (name and devices aside)."""
+    settings = _Settings(**settings)
     optimizer.__class__ = distributed_class(_base_class(optimizer))
     optimizer._tf_ring_settings = settings
+    for var in local_variables:
+        optimizer.register_local_var(var)
     return optimizer

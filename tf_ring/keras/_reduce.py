@@ -2,6 +2,7 @@
 import tensorflow as tf
 
 from tf_ring import ops
+from tf_ring.gradient_reduction import variable_key
 from tf_ring.process_set import global_process_set
 
 
@@ -40,6 +41,24 @@ def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, 
                                      prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor, process_set=process_set))
     return reduced
+
+
+def reduce_gradients(settings, grads, variables, postscale_factor=1.0):
+    """Reduces the gradients of shared variables with the optimizer's settings;
+    local variables keep theirs (scaled like the rest, and divided by the
+    set's size when scale_local_gradients)."""
+    shared = [i for i, v in enumerate(variables) if variable_key(v) not in settings.local_keys]
+    reduced = allreduce_gradients([grads[i] for i in shared], [variables[i] for i in shared],
+                                  settings.op, settings.compression,
+                                  prescale_factor=settings.prescale,
+                                  postscale_factor=postscale_factor * settings.postscale,
+                                  process_set=settings.process_set)
+    local_scale = postscale_factor / (settings.process_set.size()
+                                      if settings.scale_local_gradients else 1)
+    results = [g if g is None or local_scale == 1.0 else g * local_scale for g in grads]
+    for i, out in zip(shared, reduced):
+        results[i] = out
+    return results
 
 
 def _variable_label(var):

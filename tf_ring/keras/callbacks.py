@@ -193,15 +193,20 @@ class LearningRateScheduleCallback(_TfRingCallback):
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            logs["learning_rate"] = get_learning_rate(self.model.optimizer)
+            # Horovod's key is "lr", Keras 3's "learning_rate": code may read either.
+            logs["lr"] = logs["learning_rate"] = get_learning_rate(self.model.optimizer)
 
 
 class LearningRateWarmupCallback(LearningRateScheduleCallback):
-    """Raises the lr linearly from initial_lr / size() to initial_lr over warmup_epochs.
+    """Raises the lr linearly, batch by batch, to initial_lr at the end of warmup_epochs.
 
     Large global batches train badly if they start at the full (size-scaled)
-    learning rate; this starts at the single-process rate and ramps up batch by
-    batch (Goyal et al., "Accurate, Large Minibatch SGD", 2017).
+    learning rate; this starts near the single-process rate, initial_lr / size()
+    (Goyal et al., "Accurate, Large Minibatch SGD", 2017). Before each batch
+    the lr is the one due when that batch ends: with the fractional epoch
+    e = epoch + (batch + 1) / steps_per_epoch,
+    lr = initial_lr * (e * (size() - 1) / warmup_epochs + 1) / size(),
+    so the last warmup batch runs at initial_lr, which then stays.
     """
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
@@ -210,8 +215,10 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         self.verbose = verbose
 
         def multiplier(epoch):
+            # The schedule passes epoch + batch / steps_per_epoch, the batch's start.
+            epoch += 1.0 / self.steps_per_epoch
             size = basics.size()
-            return (1.0 + epoch * (size - 1) / warmup_epochs) / size
+            return (epoch * (size - 1) / warmup_epochs + 1.0) / size
 
         super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
                          staircase=False, momentum_correction=momentum_correction,
