@@ -3,6 +3,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 
 import pytest
 
@@ -14,6 +16,43 @@ PARALLEL_DIR = os.path.join(REPO, "tests", "parallel")
 # one. Those files only run under the launcher, which names them directly
 # (multihost/parallel's under simulated hosts).
 collect_ignore = ["parallel", "multihost/parallel"]
+
+
+# Tests that check a job left no process behind look for their own job's
+# processes only (other jobs may run on the machine, this suite among them):
+# every process the job starts inherits this variable with a value unique to
+# the test, through mpirun's re-parenting and new sessions alike.
+MARKER_VAR = "TF_RING_TEST_JOB"
+
+
+def job_marker():
+    """A new marker value; pass {MARKER_VAR: marker} in the job's environment."""
+    return uuid.uuid4().hex
+
+
+def processes_marked(marker):
+    """Pids of this machine's live processes whose environment holds `marker`."""
+    needle = ("%s=%s" % (MARKER_VAR, marker)).encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    pids.append(int(entry))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return pids
+
+
+def marked_processes_left(marker, within=15):
+    """Waits up to `within` s for the marked processes to end (exiting ones
+    take a moment); returns those still there."""
+    deadline = time.monotonic() + within
+    while processes_marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return processes_marked(marker)
 
 
 def tfringrun_cmd(np, *command):

@@ -63,12 +63,14 @@ def test_text_that_only_looks_like_a_status_start_is_flushed_when_idle():
     assert pump(JobWatch(TOKEN, 1), [other]) == other
 
 
-def run_wrapper(command, rank="5", signal_after=None):
+def run_wrapper(command, rank="5", stop_when_ready=False):
+    """stop_when_ready: SIGTERM once the program printed "ready" (so the
+    wrapper's trap is set and the program runs)."""
     proc = subprocess.Popen(["sh", "-c", job_watch.rank_wrapper(TOKEN), "rank"] + command,
                             env=dict(os.environ, OMPI_COMM_WORLD_RANK=rank),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    if signal_after is not None:
-        time.sleep(signal_after)
+    if stop_when_ready:
+        assert proc.stdout.readline() == b"ready\n"
         os.killpg(proc.pid, signal.SIGTERM)  # what Open MPI's teardown does
     out, err = proc.communicate(timeout=30)
     return proc.returncode, out.decode(), err.decode()
@@ -85,7 +87,7 @@ def test_wrapper_reports_start_exit_code_and_failure():
 
 
 def test_wrapper_reports_a_teardown_signal_as_stopped_not_as_a_failure():
-    rc, _, err = run_wrapper(["sleep", "30"], signal_after=0.5)
+    rc, _, err = run_wrapper(["sh", "-c", "echo ready; exec sleep 30"], stop_when_ready=True)
     assert rc == 128 + signal.SIGTERM
     assert err.splitlines()[-1] == "%s %s stopped 5 %d" % (job_watch.STATUS, TOKEN, rc)
     assert "exited with code" not in err and "Terminated" not in err

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from conftest import REPO, run_under_launcher
+from conftest import (MARKER_VAR, REPO, job_marker, marked_processes_left, processes_marked,
+                      run_under_launcher)
 from tf_ring.run import check_build, engine_flags, launcher, layout
 
 
@@ -53,13 +54,12 @@ def test_success_on_three_ranks():
 
 def test_failing_rank_is_named_and_exit_code_forwarded():
     script = "import os, sys, time; r = int(os.environ['OMPI_COMM_WORLD_RANK']); " \
-             "sys.exit(7) if r == 1 else time.sleep(60)"
-    start = time.time()
+             "sys.exit(7) if r == 1 else (time.sleep(60), print('survivor slept', flush=True))"
     result = run_under_launcher(2, [sys.executable, "-c", script], timeout=120)
     assert result.returncode == 7
     assert "tfringrun: rank 1 exited with code 7" in result.stderr
     # The surviving rank is torn down; nobody waits out its 60 s sleep.
-    assert time.time() - start < 45
+    assert "survivor slept" not in result.stdout
 
 
 def test_verbose_prints_command_and_layout():
@@ -264,11 +264,12 @@ def test_signal_to_launcher_stops_every_rank(sig, np):
     """Ctrl-C (SIGINT) or kill (SIGTERM) on tfringrun ends the whole job: the
     launcher passes the signal to mpirun instead of dying alone and leaving
     the ranks running."""
-    marker = "tfringrun_signal_test_%s_%d" % (signal.Signals(sig).name, np)
-    script = "import time; print('running', flush=True); time.sleep(300)  # " + marker
+    marker = job_marker()
+    script = "import time; print('running', flush=True); time.sleep(300)"
     proc = subprocess.Popen(
         [sys.executable, "-m", "tf_ring.run", "-np", str(np), sys.executable, "-c", script],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=dict(os.environ, **{MARKER_VAR: marker}),
         # A background child of a non-interactive shell inherits SIGINT ignored.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -277,6 +278,8 @@ def test_signal_to_launcher_stops_every_rank(sig, np):
             line = proc.stdout.readline()
             assert line, proc.stderr.read()[-3000:]
             started += line.strip() == "running"
+        # The marker reaches the ranks (so the check below can see them).
+        assert len(processes_marked(marker)) >= np + 1
         start = time.time()
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
@@ -287,9 +290,7 @@ def test_signal_to_launcher_stops_every_rank(sig, np):
     assert "tfringrun: %s received; the job was stopped on all %d ranks" % (
         signal.Signals(sig).name, np) in err, err[-3000:]
     assert elapsed < 30, elapsed
-    time.sleep(1)
-    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
-    assert left == [], left
+    assert marked_processes_left(marker) == []
 
 
 def test_share_gpu_gives_every_rank_its_own_nccl_host_id():

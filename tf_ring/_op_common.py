@@ -1,11 +1,13 @@
 """What every collective's Python wrapper shares: the reduce ops, the
 dtypes each collective takes, input checks, and the names that identify a
-tensor to every rank. The bottom of the op layer: it imports no other
-tf_ring module, so ops, sparse, grouped and exchange can all use it."""
+tensor to every rank. The bottom of the op layer: it imports only
+_eager_names, so ops, sparse, grouped and exchange can all use it."""
 import re
 import weakref
 
 import tensorflow as tf
+
+from tf_ring._eager_names import eager_name
 
 # Reduce ops; values match the engine's wire format.
 Sum = 0
@@ -32,11 +34,11 @@ def _auto_name(prefix, tensor, name):
     """The name that identifies this tensor to every rank.
 
     In graphs (tf.function, v1) the tensor's own name is stable and identical
-    on every rank running the same code. Eagerly there is no such name, so
-    unnamed eager collectives share one name per op and run one at a time.
+    on every rank running the same code. Eagerly there is no such name: the
+    op, the calling thread and the call site stand in (see _eager_names).
     """
     if tf.executing_eagerly():
-        return _normalize_name(name) if name else prefix + ".eager"
+        return _normalize_name(name) if name else eager_name(prefix)
     base = _normalize_name(name) if name else "%s_%s" % (prefix, _normalize_name(tensor.name))
     return _unique_in_graph(base)
 

@@ -2,6 +2,7 @@
 collective fuses) for a list of tensors."""
 import tensorflow as tf
 
+from tf_ring._eager_names import eager_name
 from tf_ring._library import OPS
 from tf_ring.compression import Compression
 from tf_ring.process_set import global_process_set, process_set_id_of
@@ -10,11 +11,12 @@ from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, _as_tensor
 
 
 def _group_name(name, what="grouped_allreduce"):
-    """Explicit names win; eagerly one shared name (calls block, so no clash);
-    in graphs an empty name lets the kernel use its unique node name."""
+    """Explicit names win; eagerly the thread and call site (see
+    _eager_names); in graphs an empty name lets the kernel use its unique
+    node name."""
     if name:
         return _normalize_name(name)
-    return what + ".eager" if tf.executing_eagerly() else ""
+    return eager_name(what) if tf.executing_eagerly() else ""
 
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",

@@ -3,6 +3,7 @@ and barrier(). A v1 graph built before init() gives the right values when it
 runs after init()."""
 import tensorflow as tf
 
+from tf_ring._eager_names import eager_name
 from tf_ring._library import OPS
 from tf_ring.ops import _normalize_name
 from tf_ring.process_set import global_process_set, process_set_id_of
@@ -39,13 +40,14 @@ def process_set_included_op(process_set_id=0, name=None):
 def barrier(name=None, process_set=global_process_set):
     """Blocks until every rank has called barrier(); in a graph, returns the op to run.
 
-    Unnamed eager barriers share one name and so run one at a time; in a
-    graph the node name identifies the barrier on every rank. process_set:
+    Unnamed eager barriers are named after the calling thread and call site
+    (see docs/tensorflow-api.md, Names); in a graph the node name identifies
+    the barrier on every rank. process_set:
     wait for that set's ranks only.
     """
     set_id = process_set_id_of(process_set, "barrier")
     if name:
         tensor_name = _normalize_name(name)
     else:
-        tensor_name = "barrier.eager" if tf.executing_eagerly() else ""
+        tensor_name = eager_name("barrier") if tf.executing_eagerly() else ""
     return OPS.tf_ring_barrier(tensor_name=tensor_name, process_set_id=set_id)

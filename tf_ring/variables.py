@@ -2,6 +2,7 @@
 broadcast_ (in place, returning the new values) and broadcast_global_variables."""
 import tensorflow as tf
 
+from tf_ring._eager_names import eager_name
 from tf_ring.ops import broadcast
 from tf_ring.process_set import global_process_set
 
@@ -27,14 +28,14 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Broadcasts root_rank's values into `variables` in place and returns
     their new values (a list of tensors, in the order given).
 
-    Each variable is its own collective, named after `name` (or "broadcast_")
-    and its position in the list, so every rank must pass the same variables
+    Each variable is its own collective, named after `name` (eagerly without
+    it, after the calling thread and call site) and its position in the list, so every rank must pass the same variables
     in the same order. Works eagerly, in tf.function and in v1 graphs.
     """
     if isinstance(variables, tf.Variable):
         variables = [variables]
     variables = list(variables)
-    prefix = name or ("broadcast_" if tf.executing_eagerly() else None)
+    prefix = name or (eager_name("broadcast_") if tf.executing_eagerly() else None)
 
     def collective_name(index):
         return "%s.%d" % (prefix, index) if prefix else None

@@ -405,6 +405,9 @@ void Engine::Loop() {
   // engine stops for an error (peers may be gone, so nothing waits on them).
   s.operations->Stop(!failure.ok(), closing.message());
   std::vector<TensorEntry> pending = s.queue.TakeAllEntries();
+  // Failed tensors count as finished ones (stats() `tensors`); counted
+  // before they fail, as in Execute, so their callers see them counted.
+  stats_.tensors += static_cast<int64_t>(pending.size());
   for (TensorEntry& e : s.sets.CloseAll()) pending.push_back(std::move(e));
   failed_by_peer_ = failure.ok() && by_peer && !pending.empty();
   for (TensorEntry& e : pending) e.done(closing);

@@ -6,6 +6,7 @@ way named by the first argument:
 import os
 import signal
 import sys
+import time
 
 import tensorflow as tf
 
@@ -18,6 +19,7 @@ for step in range(100000):
     grad = hvd.allreduce(w * 0.001, name="grad")
     w.assign_sub(grad)
     if step == 20 and hvd.rank() == 1:
+        print("rank 1 dies at %.3f" % time.time(), flush=True)  # the test times the end from here
         if mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif mode == "exit":

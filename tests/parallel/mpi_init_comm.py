@@ -1,5 +1,8 @@
 """init() with mpi4py: user MPI calls beside the engine, a sub-communicator,
-and shutdown followed by a fresh init()."""
+and shutdown followed by a fresh init(); stats() after shutdown."""
+import threading
+import time
+
 import numpy as np
 import tensorflow as tf
 from mpi4py import MPI
@@ -41,4 +44,30 @@ def test_init_with_rank_list():
     hvd.init(comm=list(range(MPI.COMM_WORLD.Get_size())))
     assert hvd.size() == MPI.COMM_WORLD.Get_size()
     hvd.shutdown()
+    hvd.init()
+
+
+def test_stats_count_a_collective_failed_by_shutdown():
+    """stats()['tensors'] counts failed tensors, those that shutdown() fails too."""
+    taken = lambda: hvd.stats()["cache_hits"] + hvd.stats()["cache_misses"]  # noqa: E731
+    before, tensors, result = taken(), hvd.stats()["tensors"], {}
+
+    def never_matched():  # a name no other rank submits
+        try:
+            hvd.allreduce(tf.ones(2), name="never_matched_%d" % hvd.rank())
+        except tf.errors.AbortedError as e:
+            result["error"] = e.message
+
+    thread = threading.Thread(target=never_matched)
+    thread.start()
+    deadline = time.monotonic() + 60  # until the engine has taken it into a cycle
+    while taken() == before and time.monotonic() < deadline:
+        time.sleep(0.005)
+    # Nobody shuts down before every rank's collective is in flight. A rank
+    # may be stopped by another's shutdown before its own: counted either way.
+    hvd.allreduce(tf.ones(1), name="all_pending")
+    hvd.shutdown()
+    thread.join(timeout=60)
+    assert "tf_ring was shut down" in result["error"], result
+    assert hvd.stats()["tensors"] == tensors + 2, (tensors, hvd.stats())  # all_pending, never_matched
     hvd.init()

@@ -108,21 +108,27 @@ def test_unsupported_dtype_is_rejected_before_running():
 
 
 def test_same_name_twice_in_flight_fails_on_the_ranks_that_repeat_it():
-    # The last rank submits 'twice' a second late, which holds the first
-    # 'twice' in flight on every other rank while they submit it again.
+    # The last rank submits 'twice' only after the others have submitted it
+    # twice ('twice.ready' waits for them), which holds the first 'twice' in
+    # flight on every other rank while they submit it again.
     import threading
     import time
     results = {}
     if last_rank_differs():
-        time.sleep(1.0)
+        hvd.allreduce(tf.ones(1), name="twice.ready")
         results["first"] = hvd.allreduce(tf.ones(3), op=hvd.Sum, name="twice")
     else:
+        taken = lambda: hvd.stats()["cache_hits"] + hvd.stats()["cache_misses"]  # noqa: E731
+        before = taken()
         first = threading.Thread(
             target=lambda: results.update(first=hvd.allreduce(tf.ones(3), op=hvd.Sum, name="twice")))
         first.start()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 60  # until the engine has taken the first 'twice'
+        while taken() == before and time.monotonic() < deadline:
+            time.sleep(0.005)
         with pytest.raises(tf.errors.InvalidArgumentError, match="'twice'.*already in flight"):
             hvd.allreduce(tf.ones(3), op=hvd.Sum, name="twice")
+        hvd.allreduce(tf.ones(1), name="twice.ready")
         first.join()
     # The first submission was untouched by the rejected copy.
     np.testing.assert_allclose(results["first"].numpy(), np.full(3, hvd.size()))

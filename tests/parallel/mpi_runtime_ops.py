@@ -67,7 +67,9 @@ def test_build_queries_describe_this_build():
 
 
 def barrier_leaves_after_the_last_arrival(run_barrier):
-    """The last rank arrives 0.5 s late; nobody may leave before it arrived."""
+    """The last rank arrives 0.5 s late; nobody may leave before it arrived
+    (clocks are one machine's in this test). How long the others waited is
+    not checked: a busy machine may hold one of them back just as long."""
     last = hvd.size() - 1
     if hvd.rank() == last:
         time.sleep(0.5)
@@ -76,8 +78,6 @@ def barrier_leaves_after_the_last_arrival(run_barrier):
     left = time.time()
     times = hvd.allgather_object((arrived, left))
     assert min(t[1] for t in times) >= times[last][0]
-    # The early ranks really waited (clocks are one machine's in this test).
-    assert all(t[1] - t[0] >= 0.3 for r, t in enumerate(times) if r != last)
 
 
 def test_barrier_eager():

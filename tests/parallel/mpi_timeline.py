@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 
@@ -62,15 +63,34 @@ def run_workload(size):
     hvd.reducescatter(tf.ones([size, 2]), name="tl_reducescatter")
 
 
+def submit_last_rank_late(name, delay):
+    """Allreduces `name`, the last rank at least `delay` s after every other
+    rank's engine has taken it (told by `name`.ready, which they run after)."""
+    late = hvd.rank() == hvd.size() - 1
+    if late:
+        hvd.allreduce(tf.ones([1]), name=name + ".ready")
+        time.sleep(delay)
+        hvd.allreduce(tf.ones([2]), name=name)
+        return
+    taken = lambda: hvd.stats()["cache_hits"] + hvd.stats()["cache_misses"]  # noqa: E731
+    before = taken()
+    thread = threading.Thread(target=lambda: hvd.allreduce(tf.ones([2]), name=name))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while taken() == before and time.monotonic() < deadline:
+        time.sleep(0.005)
+    hvd.allreduce(tf.ones([1]), name=name + ".ready")
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+
+
 def test_every_tensor_gets_queue_negotiate_and_collective_phases():
     size = hvd.size()
     path = shared_path("phases")
     hvd.start_timeline(path, mark_cycles=True)
     run_workload(size)
     # The last rank comes late: rank 0 must record that it waited for it.
-    if hvd.rank() == size - 1:
-        time.sleep(0.3)
-    hvd.allreduce(tf.ones([2]), name="tl_late")
+    submit_last_rank_late("tl_late", 0.3)
     hvd.stop_timeline()
     check_on_root(lambda: check_phases_file(path, size), "tl_check_phases")
 
@@ -145,10 +165,14 @@ def test_file_is_valid_json_while_still_recording_and_summarizes():
     hvd.start_timeline(path)
     for i in range(3):
         hvd.allreduce(tf.ones([4]), name="live_%d" % i)
-    time.sleep(0.4)  # a few flush periods
 
     def check_live():
-        _, by_tensor = rows_and_events(path)  # no stop_timeline() yet
+        deadline = time.monotonic() + 60  # until the writer has flushed them
+        while True:
+            _, by_tensor = rows_and_events(path)  # no stop_timeline() yet
+            if {"live_0", "live_1", "live_2"} <= set(by_tensor) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert {"live_0", "live_1", "live_2"} <= set(by_tensor)
 
     check_on_root(check_live, "tl_check_live")

@@ -61,7 +61,9 @@ std::vector<TensorEntry> ProcessSet::Close() {
   if (operations_) operations_->Stop(false, "process set " + Describe() + " closed");
   if (connected_) mpi_.Release();
   connected_ = false;
-  return queue_.TakeAllEntries();
+  std::vector<TensorEntry> pending = queue_.TakeAllEntries();
+  stats_.tensors += static_cast<int64_t>(pending.size());  // the caller fails them
+  return pending;
 }
 
 }  // namespace tf_ring
