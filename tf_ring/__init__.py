@@ -59,6 +59,9 @@ def __getattr__(name):
     if name == "__version__":
         from tf_ring._build_info import tf_ring_version
         return tf_ring_version()
+    if name == "_executing_eagerly":  # horovod.tensorflow has it; Horovod's tests call it
+        import tensorflow
+        return tensorflow.executing_eagerly
     if name in _SUBMODULES:
         _load_api()
         return importlib.import_module(_SUBMODULES[name])
