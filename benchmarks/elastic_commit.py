@@ -16,7 +16,8 @@ slots in memory, four ways, next to a plain model.get_weights().
 (+x) is what the optimizer step right after the save costs beyond a plain
 step: the deferred part of the copy. Also restore() (numpy kept and tf
 shadow) and the whole KerasState.commit() (save plus the host-update
-broadcast). Times are medians of --repeats runs.
+broadcast). Times are the best of --repeats runs (ms); (+x) is the median
+of --repeats back-to-back pairs (step after no save, step after a save).
 """
 import argparse
 import os
@@ -52,16 +53,34 @@ def build(features, widths):
     return model, optimizer, step
 
 
-def step_after(save, step, repeats):
-    """Median time of an optimizer step that follows save()."""
-    samples = []
+def best(fn, repeats):
+    """The best of `repeats` runs: on a shared machine the least disturbed one."""
+    return timed(fn, repeats)[1]
+
+
+def step_extra(save, step, repeats):
+    """What an optimizer step right after save() costs beyond one right after
+    no save: the median of back-to-back pairs, which cancels the machine's drift."""
+    extra = []
     for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        plain = time.perf_counter() - start
         kept = save()
         start = time.perf_counter()
         step()
-        samples.append(time.perf_counter() - start)
+        extra.append(time.perf_counter() - start - plain)
         del kept
-    return float(np.median(samples))
+    return float(np.median(extra))
+
+
+def step_time(step, repeats):
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        samples.append(time.perf_counter() - start)
+    return min(samples)
 
 
 def measure(name, features, widths, repeats):
@@ -86,15 +105,14 @@ def measure(name, features, widths, repeats):
 
     ways = [("numpy kept", snapshot.save), ("numpy new", lambda: [v.numpy() for v in variables]),
             ("tf shadow", shadow_save), ("identity", lambda: [tf.identity(v) for v in variables])]
-    plain_step = step_after(lambda: None, step, repeats)
-    row = [name, "%.1fM" % (weights / 1e6), "%.0f" % megabytes,
-           ms(timed(model.get_weights, repeats)[0])]
+    plain_step = step_time(step, repeats)
+    row = [name, "%.1fM" % (weights / 1e6), "%.0f" % megabytes, ms(best(model.get_weights, repeats))]
     for _, save in ways:
-        row.append("%s (+%s)" % (ms(timed(save, repeats)[0]),
-                                 ms(step_after(save, step, repeats) - plain_step)))
+        row.append("%s (+%s)" % (ms(best(save, repeats)),
+                                 ms(step_extra(save, step, repeats))))
+    row.append(ms(best(state.commit, repeats)))
     shadow_save()
-    row += [ms(timed(snapshot.restore, repeats)[0]), ms(timed(shadow_restore, repeats)[0]),
-            ms(timed(state.commit, repeats)[0]), ms(plain_step)]
+    row += [ms(best(snapshot.restore, repeats)), ms(best(shadow_restore, repeats)), ms(plain_step)]
     return row
 
 
@@ -104,11 +122,11 @@ def main():
     args = parser.parse_args()
     hvd.init()
     rows = [measure(name, features, widths, args.repeats) for name, features, widths in MODELS]
-    print_table("elastic commit, median ms on %d rank(s); (+x) = extra ms of the optimizer "
-                "step that follows" % hvd.size(),
+    print_table("elastic commit, best ms of %d on %d rank(s); (+x) = extra ms of the optimizer "
+                "step that follows" % (args.repeats, hvd.size()),
                 ["model", "weights", "MB w+Adam", "get_weights (w only)", "numpy kept",
-                 "numpy new", "tf shadow", "identity", "restore numpy kept", "restore tf shadow",
-                 "KerasState.commit()", "Adam step"], rows)
+                 "numpy new", "tf shadow", "identity", "KerasState.commit()",
+                 "restore numpy kept", "restore tf shadow", "Adam step"], rows)
 
 
 if __name__ == "__main__":
