@@ -5,6 +5,7 @@ import os
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
@@ -26,3 +27,26 @@ def test_keras_state():
                                                      ("hosts_updated", False)])
 def test_fit_resumes_where_the_commit_was(failure, relative_epochs):
     cases.check_fit_resumes(tf_keras, failure, relative_epochs)
+
+
+def test_keras_state_in_v1_graph():
+    """tf_keras without eager execution: values go through Keras's session,
+    and the optimizer's variables that Keras has not initialized yet are."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        tf.compat.v1.keras.backend.set_session(session)
+        model = cases.make_model(tf_keras, 1.0 + hvd.rank())
+        optimizer = tf_keras.optimizers.Adam(0.1)
+        state = hvd.elastic.KerasState(model, optimizer, epoch=10 + hvd.rank())
+        state.sync()
+        for weight in model.get_weights():
+            np.testing.assert_array_equal(weight, np.ones_like(weight))
+        assert state.epoch == 10
+        model.set_weights([np.full((2, 2), 7.0, np.float32), np.full(2, 7.0, np.float32)])
+        state.epoch = 11
+        state.commit()
+        model.set_weights([np.zeros((2, 2), np.float32), np.zeros(2, np.float32)])
+        state.epoch = 12
+        state.restore()
+        for weight in model.get_weights():
+            np.testing.assert_array_equal(weight, np.full_like(weight, 7.0))
+        assert state.epoch == 11

@@ -78,10 +78,21 @@ class _GraphCopies:
             self._restore_op = tf.group(*[var.assign(value) for var, value
                                           in zip(variables, self._placeholders)])
             self._sync_op = tf.group(*_broadcast_all(variables))
+            self._initialized = [tf.compat.v1.is_variable_initialized(var) for var in variables]
+
+    def _initialize_missing(self, session):
+        """Initializes variables nothing has initialized yet (a tf_keras
+        optimizer's before its first step), as Keras would at their first use."""
+        missing = [var.initializer for var, done
+                   in zip(self.variables, session.run(self._initialized)) if not done]
+        if missing:
+            session.run(missing)
 
     def save(self):
         if self.variables:
-            self._values = self._session_fn().run(self.variables)
+            session = self._session_fn()
+            self._initialize_missing(session)
+            self._values = session.run(self.variables)
 
     def restore(self):
         if self.variables and self._values is not None:
@@ -90,7 +101,9 @@ class _GraphCopies:
 
     def sync(self):
         if self.variables:
-            self._session_fn().run(self._sync_op)
+            session = self._session_fn()
+            self._initialize_missing(session)
+            session.run(self._sync_op)
 
 
 class VariableSnapshot:

@@ -78,8 +78,9 @@ def build_optimizer(optimizer, model):
 class TensorFlowKerasState(_VariablesState):
     """A Keras model's weights, its optimizer's variables, and plain attributes.
 
-    optimizer: defaults to model.optimizer. backend: the Keras backend, which
-    gives the session in a v1 graph (tf_keras without eager execution).
+    optimizer: defaults to model.optimizer. backend: the Keras backend, whose
+    get_session() gives the session in a v1 graph (tf_keras without eager
+    execution; default: tf.compat.v1.keras.backend's).
     """
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
@@ -87,10 +88,10 @@ class TensorFlowKerasState(_VariablesState):
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         session = None
         if not tf.executing_eagerly():
-            if backend is None or not hasattr(backend, "get_session"):
-                raise ValueError("TensorFlowKerasState: in a v1 graph pass backend= (the Keras "
-                                 "backend, which has the session)")
-            session = backend.get_session()
+            # tf_keras.backend has no get_session; tf.compat.v1.keras.backend does.
+            get_session = (getattr(backend, "get_session", None)
+                           or tf.compat.v1.keras.backend.get_session)
+            session = get_session()
         self._start(self._variables, session, kwargs)
 
     def _variables(self):
