@@ -35,12 +35,17 @@ _API = {
                              "process_set_by_id", "process_sets", "remove_process_set"],
     "tf_ring.runtime_ops": ["barrier", "local_rank_op", "local_size_op", "process_set_included_op",
                             "rank_op", "size_op"],
+    # Elastic training's exceptions, at the top as horovod.torch has them
+    # (horovod.tensorflow keeps them in horovod.common.exceptions).
+    "tf_ring.elastic.errors": ["HorovodInternalError", "HostsUpdatedInterrupt"],
 }
 _HOME = {name: module for module, names in _API.items() for name in names}
 # Public names that need Keras: loaded only when asked for, so that
 # `import tf_ring` and the collectives never import Keras.
 _KERAS_HOME = {"SyncBatchNormalization": "tf_ring.keras._sync_batch_norm"}
-__all__ = sorted(list(_HOME) + list(_KERAS_HOME)) + ["__version__"]
+# Submodules reachable as attributes, as `hvd.elastic.run` is in Horovod.
+_SUBMODULES = {"elastic": "tf_ring.elastic"}
+__all__ = sorted(list(_HOME) + list(_KERAS_HOME) + list(_SUBMODULES)) + ["__version__"]
 
 
 def _load_api():
@@ -54,6 +59,12 @@ def __getattr__(name):
     if name == "__version__":
         from tf_ring._build_info import tf_ring_version
         return tf_ring_version()
+    if name == "_executing_eagerly":  # horovod.tensorflow has it; Horovod's tests call it
+        import tensorflow
+        return tensorflow.executing_eagerly
+    if name in _SUBMODULES:
+        _load_api()
+        return importlib.import_module(_SUBMODULES[name])
     home = _HOME.get(name) or _KERAS_HOME.get(name)
     if home is None:
         raise AttributeError("module 'tf_ring' has no attribute %r" % name)

@@ -13,6 +13,7 @@ from tf_ring.exchange import reducescatter
 from tf_ring.variables import broadcast_global_variables
 from tf_ring.objects import allgather_object, broadcast_object
 from tf_ring.keras import callbacks
+from tf_ring.keras import elastic
 from tf_ring.keras._optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from tf_ring.keras._load import load_model
 from tf_ring.keras._sync_batch_norm import SyncBatchNormalization
@@ -21,7 +22,8 @@ __all__ = ["Compression", "init", "shutdown", "is_initialized", "rank", "size", 
            "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_threads_supported",
            "Average", "Sum", "Min", "Max", "Product", "allreduce", "allgather", "broadcast",
            "broadcast_object", "allgather_object", "join", "reducescatter", "broadcast_global_variables",
-           "DistributedOptimizer", "PartialDistributedOptimizer", "SyncBatchNormalization", "load_model", "callbacks"]
+           "DistributedOptimizer", "PartialDistributedOptimizer", "SyncBatchNormalization", "load_model", "callbacks",
+           "elastic"]
 
 # Horovod's Adasum op and build queries, as horovod.tensorflow.keras has them.
 from tf_ring.ops import Adasum  # noqa: E402

@@ -1,0 +1,18 @@
+"""Elastic training with Horovod's names: `run`, the State classes, commit,
+restore and sync in memory, and the exceptions that drive recovery.
+
+What exists and what does not yet (recovery from a lost rank needs the
+engine's ULFM support and an elastic launcher): docs/elastic.md.
+"""
+from tf_ring.elastic.errors import (HorovodInternalError, HostUpdateResult,
+                                    HostsUpdatedInterrupt, ResetLimitError)
+from tf_ring.elastic.hosts import set_host_update_source
+from tf_ring.elastic.recovery import (reset, reset_count, reset_limit, run, set_reset_hook,
+                                 set_reset_limit)
+from tf_ring.elastic.state import ObjectState, State
+from tf_ring.elastic.tf_state import TensorFlowKerasState, TensorFlowState
+
+__all__ = ["HorovodInternalError", "HostUpdateResult", "HostsUpdatedInterrupt", "ObjectState",
+           "ResetLimitError", "State", "TensorFlowKerasState", "TensorFlowState", "reset",
+           "reset_count", "reset_limit", "run", "set_host_update_source", "set_reset_hook",
+           "set_reset_limit"]

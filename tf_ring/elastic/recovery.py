@@ -1,0 +1,112 @@
+"""The `run` decorator: call, and on a lost rank or a host change, reset and
+call again; plus the reset hook and the reset limit.
+
+The reset here re-initializes the engine (shutdown() + init()) on the ranks
+that are left. Recovering from a lost rank also needs the engine to shrink
+its communicator (MPI ULFM), which comes in a later step: see docs/elastic.md.
+"""
+import functools
+import os
+
+from tf_ring import basics
+from tf_ring.elastic.errors import HorovodInternalError, HostsUpdatedInterrupt, ResetLimitError
+
+RESET_LIMIT_ENV = "TF_RING_ELASTIC_RESET_LIMIT"
+
+
+def _reinit_engine():
+    basics.shutdown()
+    basics.init()
+
+
+_reset_hook = _reinit_engine
+_reset_limit = None  # None: TF_RING_ELASTIC_RESET_LIMIT decides
+_reset_count = 0
+
+
+def set_reset_hook(hook):
+    """Installs `hook()`, what a reset does between the failure and the next
+    call (every rank calls it together). None restores the default, which
+    shuts the engine down and initializes it again."""
+    global _reset_hook
+    if hook is not None and not callable(hook):
+        raise TypeError("set_reset_hook() takes a function or None, got %r" % type(hook).__name__)
+    _reset_hook = hook if hook is not None else _reinit_engine
+
+
+def reset():
+    """Resets the engine with the installed hook (what `run` does)."""
+    _reset_hook()
+
+
+def set_reset_limit(limit):
+    """At most `limit` resets in this process (the launcher's --reset-limit
+    will set it); None: TF_RING_ELASTIC_RESET_LIMIT, or no limit without it."""
+    global _reset_limit
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise ValueError("set_reset_limit() takes a count >= 0 or None, got %r" % (limit,))
+    _reset_limit = limit
+
+
+def reset_limit():
+    """The limit in force, or None for none."""
+    if _reset_limit is not None:
+        return _reset_limit
+    value = os.environ.get(RESET_LIMIT_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise ValueError("%s=%r: expected a count >= 0" % (RESET_LIMIT_ENV, value))
+    return limit
+
+
+def reset_count():
+    """How many resets `run` has made in this process."""
+    return _reset_count
+
+
+def _count_reset(cause):
+    global _reset_count
+    limit = reset_limit()
+    if limit is not None and _reset_count >= limit:
+        raise ResetLimitError(
+            "tf_ring.elastic.run: the job needs reset number %d (after %s: %s), but the reset "
+            "limit is %d (%s or set_reset_limit()); stopping instead. Raise the limit, or find "
+            "why ranks keep failing." % (_reset_count + 1, type(cause).__name__, cause, limit,
+                                         RESET_LIMIT_ENV)) from cause
+    _reset_count += 1
+
+
+def run(func):
+    """Decorator for a training function `func(state, ...)`.
+
+    Calls state.sync(), then func. On HorovodInternalError (a lost rank) it
+    restores the last commit, resets, and calls again (after another sync);
+    on HostsUpdatedInterrupt it resets without restoring (the state was just
+    committed) and syncs again unless the interrupt says skip_sync. Every
+    other exception propagates unchanged. Every rank takes the same path:
+    both exceptions are raised on every rank together.
+    """
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        skip_sync = False
+        while True:
+            try:
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HorovodInternalError as error:
+                state.restore()
+                skip_sync = False
+                cause = error
+            except HostsUpdatedInterrupt as interrupt:
+                skip_sync = interrupt.skip_sync
+                cause = interrupt
+            _count_reset(cause)
+            _reset_hook()
+            state.on_reset()
+    return wrapper
