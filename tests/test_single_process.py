@@ -71,6 +71,29 @@ def test_mpi4py_first_and_communicator_argument():
     assert "size 1 [5.0]" in result.stdout
 
 
+def test_the_ops_and_the_python_module_share_one_engine():
+    """tf_ring/_tf_ring.so is both TensorFlow's op library and the pybind11
+    module: init() through the module starts the engine the ops submit to."""
+    result = run_python("""
+        import os, tensorflow as tf, tf_ring as hvd
+        from tf_ring import _library
+        engine = _library.ENGINE
+        assert engine.__name__ == "tf_ring._tf_ring", engine.__name__
+        assert os.path.samefile(engine.__file__, _library.LIBRARY_PATH)
+        assert not engine.is_initialized()
+        engine.init(None)
+        assert hvd.is_initialized() and engine.topology()["size"] == 1
+        before = engine.stats()["tensors"]
+        for i in range(3):
+            hvd.allreduce(tf.ones([4]), name="one.engine.%d" % i)
+        print("counted", engine.stats()["tensors"] - before, hvd.stats()["bytes"])
+        engine.shutdown()
+        assert not hvd.is_initialized()
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "counted 3 48" in result.stdout
+
+
 def test_version_mismatch_refuses_with_rebuild_hint():
     from tf_ring import _library
     with pytest.raises(ImportError) as info:

@@ -1,9 +1,10 @@
-"""Loads tf_ring's shared library once: TensorFlow sees its ops, ctypes its C API.
+"""Loads tf_ring's shared library once: TensorFlow sees its ops, Python its
+engine module (pybind11, cc/python/).
 
-Both handles come from the same file, so the dynamic loader maps it once and
-the ops and init() share one engine.
+Both come from the same file, so the dynamic loader maps it once and the ops
+and init() share one engine.
 """
-import ctypes
+import importlib.util
 import json
 import os
 
@@ -34,39 +35,14 @@ def _check_tensorflow_version(info):
             "the C++ ops would not load safely. %s" % (built, running, REBUILD_HINT))
 
 
-def _declare_c_api(cdll):
-    c = ctypes
-    cdll.tf_ring_init.argtypes = [c.c_void_p, c.c_char_p, c.c_int]
-    cdll.tf_ring_init.restype = c.c_int
-    cdll.tf_ring_shutdown.restype = None
-    cdll.tf_ring_finalize_mpi.restype = None
-    cdll.tf_ring_is_initialized.restype = c.c_int
-    cdll.tf_ring_topology.argtypes = [c.POINTER(c.c_int)]
-    cdll.tf_ring_topology.restype = c.c_int
-    cdll.tf_ring_stats.argtypes = [c.POINTER(c.c_int64), c.c_int]
-    cdll.tf_ring_stats.restype = c.c_int
-    cdll.tf_ring_reset_stats.restype = None
-    cdll.tf_ring_start_timeline.argtypes = [c.c_char_p, c.c_int, c.c_char_p, c.c_int]
-    cdll.tf_ring_start_timeline.restype = c.c_int
-    cdll.tf_ring_stop_timeline.restype = None
-    cdll.tf_ring_engine_params.argtypes = [c.POINTER(c.c_int64)]
-    cdll.tf_ring_engine_params.restype = None
-    cdll.tf_ring_param_history.argtypes = [c.POINTER(c.c_int64), c.c_int]
-    cdll.tf_ring_param_history.restype = c.c_int
-    cdll.tf_ring_agreed_settings.argtypes = [c.c_char_p, c.c_int]
-    cdll.tf_ring_agreed_settings.restype = c.c_int
-    cdll.tf_ring_add_process_sets.argtypes = [c.POINTER(c.c_int), c.c_int, c.POINTER(c.c_int32),
-                                              c.c_int, c.c_char_p, c.c_int]
-    cdll.tf_ring_add_process_sets.restype = c.c_int
-    cdll.tf_ring_remove_process_set.argtypes = [c.c_int32, c.c_char_p, c.c_int]
-    cdll.tf_ring_remove_process_set.restype = c.c_int
-    cdll.tf_ring_process_set_ranks.argtypes = [c.c_int32, c.POINTER(c.c_int), c.c_int]
-    cdll.tf_ring_process_set_ranks.restype = c.c_int
-    cdll.tf_ring_process_set_ids.argtypes = [c.POINTER(c.c_int32), c.c_int]
-    cdll.tf_ring_process_set_ids.restype = c.c_int
-    cdll.tf_ring_process_set_stats.argtypes = [c.c_int32, c.POINTER(c.c_int64), c.c_int]
-    cdll.tf_ring_process_set_stats.restype = c.c_int
-    return cdll
+def _import_engine_module(path):
+    """The pybind11 module compiled into the library TensorFlow just loaded.
+    Importing the same file reuses the dynamic loader's mapping of it, so
+    the module and the ops see one engine (one copy of its statics)."""
+    spec = importlib.util.spec_from_file_location("tf_ring._tf_ring", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _exempt_from_auto_control_deps(ops_module):
@@ -91,8 +67,8 @@ def _load():
     except tf.errors.NotFoundError as e:
         raise ImportError("tf_ring's native library failed to load (%s). %s" % (e, REBUILD_HINT)) from e
     _exempt_from_auto_control_deps(ops)
-    # RTLD_GLOBAL is not needed: the same path returns the handle TF already holds.
-    return ops, _declare_c_api(ctypes.CDLL(LIBRARY_PATH))
+    # The same path returns the handle TensorFlow already holds.
+    return ops, _import_engine_module(LIBRARY_PATH)
 
 
-OPS, C_API = _load()
+OPS, ENGINE = _load()

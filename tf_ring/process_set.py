@@ -4,9 +4,8 @@ A set negotiates and runs on its own (its own communicator, coordinator,
 response cache and fusion batches), so sets whose members differ work
 independently; see docs/process-sets.md.
 """
-import ctypes
 
-from tf_ring._library import C_API
+from tf_ring._library import ENGINE
 from tf_ring.topology import rank, size
 
 _DYNAMIC_ENV = "TF_RING_DYNAMIC_PROCESS_SETS"
@@ -111,12 +110,7 @@ global_process_set.process_set_id = 0
 
 
 def _engine_ranks(process_set_id):
-    n = C_API.tf_ring_process_set_ranks(process_set_id, None, 0)  # how many, first
-    if n < 0:
-        return None
-    out = (ctypes.c_int * max(n, 1))()
-    n = C_API.tf_ring_process_set_ranks(process_set_id, out, len(out))
-    return None if n < 0 else [int(out[i]) for i in range(min(n, len(out)))]
+    return ENGINE.process_set_ranks(process_set_id)
 
 
 def _check_ranks(process_set):
@@ -167,10 +161,7 @@ def process_set_by_id(process_set_id):
 
 def process_sets():
     """Every registered process set, global_process_set first, by id."""
-    count = C_API.tf_ring_process_set_ids(None, 0)
-    ids = (ctypes.c_int32 * max(count, 1))()
-    n = min(C_API.tf_ring_process_set_ids(ids, len(ids)), len(ids))
-    return [global_process_set] + [process_set_by_id(int(ids[i])) for i in range(n)]
+    return [global_process_set] + [process_set_by_id(i) for i in ENGINE.process_set_ids()]
 
 
 def _register(sets):
@@ -180,17 +171,12 @@ def _register(sets):
         if ps.process_set_id is not None:
             raise ValueError("%r is already registered" % (ps,))
         _check_ranks(ps)
-    flat = [len(sets)]
-    for ps in sets:
-        flat += [len(ps.ranks)] + ps.ranks
-    arr = (ctypes.c_int * len(flat))(*flat)
-    ids = (ctypes.c_int32 * max(len(sets), 1))()
-    error = ctypes.create_string_buffer(2048)
-    n = C_API.tf_ring_add_process_sets(arr, len(flat), ids, len(ids), error, len(error))
-    if n < 0:
-        raise ValueError("tf_ring: registering process sets failed: " + error.value.decode())
-    for ps, ps_id in zip(sets, ids[:n]):
-        ps.process_set_id = int(ps_id)
+    try:
+        ids = ENGINE.add_process_sets([ps.ranks for ps in sets])
+    except ValueError as e:
+        raise ValueError("tf_ring: registering process sets failed: %s" % e) from None
+    for ps, ps_id in zip(sets, ids):
+        ps.process_set_id = ps_id
         _registered[ps.process_set_id] = [ps]
 
 
@@ -249,9 +235,10 @@ def remove_process_set(process_set):
                          "removed; remove only sets you added.")
     _require_dynamic("remove_process_set")
     process_set_id_of(process_set, "remove_process_set")
-    error = ctypes.create_string_buffer(2048)
-    if C_API.tf_ring_remove_process_set(ps_id, error, len(error)) != 0:
-        raise ValueError("tf_ring.remove_process_set: " + error.value.decode())
+    try:
+        ENGINE.remove_process_set(ps_id)
+    except ValueError as e:
+        raise ValueError("tf_ring.remove_process_set: %s" % e) from None
     for ps in _registered.pop(ps_id, []) + [process_set]:
         if isinstance(ps, ProcessSet):
             ps._invalidate()

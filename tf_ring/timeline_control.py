@@ -1,9 +1,8 @@
 """Starting and stopping the timeline from Python (the launcher's
 --timeline-filename and TF_RING_TIMELINE start it at init() instead)."""
-import ctypes
 import os
 
-from tf_ring._library import C_API
+from tf_ring._library import ENGINE
 from tf_ring._logging import get_logger
 
 
@@ -14,13 +13,13 @@ def start_timeline(path, mark_cycles=False):
     timeline already being written. Summarize it with
     `python -m tf_ring.timeline summarize PATH`.
     """
-    error = ctypes.create_string_buffer(1024)
-    if C_API.tf_ring_start_timeline(os.fsencode(os.path.abspath(path)), int(bool(mark_cycles)),
-                                    error, len(error)) != 0:
-        raise RuntimeError("tf_ring.start_timeline(%r) failed: %s" % (path, error.value.decode()))
+    try:
+        ENGINE.start_timeline(os.fsencode(os.path.abspath(path)), bool(mark_cycles))
+    except RuntimeError as e:
+        raise RuntimeError("tf_ring.start_timeline(%r) failed: %s" % (path, e)) from None
     get_logger().info("timeline: rank 0 writes %s", os.path.abspath(path))
 
 
 def stop_timeline():
     """Flushes and closes the timeline; the file is complete JSON afterwards."""
-    C_API.tf_ring_stop_timeline()
+    ENGINE.stop_timeline()

@@ -1,24 +1,27 @@
-"""tf_ring's engine without TensorFlow: a ctypes binding over
-libtf_ring_engine.so (built by tf_ring_engine/build.sh).
+"""tf_ring's engine without TensorFlow: the pybind11 module _tf_ring_engine.so
+(built by tf_ring_engine/build.sh from the engine and cc/python/).
 
 It exists to test and benchmark the engine, including its NCCL path, on
-machines that have no TensorFlow. Tensors are NumPy arrays (host memory) or
-CUDA arrays from PyTorch or CuPy (device memory; the producer's current
-stream is passed to the engine, which waits on it). Each op returns a
-`Pending`; `.wait()` returns the result as the same kind of array.
+machines that have no TensorFlow. Tensors are NumPy arrays (host memory,
+through the buffer protocol) or CUDA arrays from PyTorch or CuPy (device
+memory, through DLPack: the producer orders its pending work before the
+stream the engine waits on). Each op returns a `Pending`; `.wait()` returns
+the result as the same kind of array, with the GIL released while it waits.
 
     import tf_ring_engine as e
     e.init()
     y = e.allreduce(x, op=e.Sum, name="x").wait()
 """
 import atexit
-import ctypes
+import importlib.util
 import os
+import sys
 
 import numpy as np
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-LIBRARY_PATH = os.environ.get("TF_RING_ENGINE_LIB") or os.path.join(_HERE, "libtf_ring_engine.so")
+# TF_RING_ENGINE_LIB may also name tf_ring/_tf_ring.so: the same binding, beside TensorFlow's kernels.
+LIBRARY_PATH = os.environ.get("TF_RING_ENGINE_LIB") or os.path.join(_HERE, "_tf_ring_engine.so")
 
 # The engine's enums (cc/common/base/message.h, cc/common/base/dtype.h).
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, JOIN = 0, 1, 2, 3, 4, 5
@@ -35,96 +38,84 @@ class EngineError(RuntimeError):
 def _load():
     if not os.path.exists(LIBRARY_PATH):
         raise ImportError("tf_ring_engine: %s is not built; run tf_ring_engine/build.sh" % LIBRARY_PATH)
+    # The module is named after its file: _tf_ring_engine, or _tf_ring for tf_ring's own library.
+    name = os.path.basename(LIBRARY_PATH).split(".")[0]
+    spec = importlib.util.spec_from_file_location(name, LIBRARY_PATH)
+    module = importlib.util.module_from_spec(spec)
     # RTLD_GLOBAL: MPI's plugins resolve symbols of libmpi through the global scope.
-    lib = ctypes.CDLL(LIBRARY_PATH, mode=ctypes.RTLD_GLOBAL)
-    c = ctypes
-    lib.tf_ring_init.argtypes = [c.c_void_p, c.c_char_p, c.c_int]
-    lib.tf_ring_init.restype = c.c_int
-    lib.tf_ring_shutdown.argtypes = []
-    lib.tf_ring_finalize_mpi.argtypes = []
-    lib.tf_ring_topology.argtypes = [c.POINTER(c.c_int)]
-    lib.tf_ring_topology.restype = c.c_int
-    lib.tf_ring_stats.argtypes = [c.POINTER(c.c_int64), c.c_int]
-    lib.tf_ring_stats.restype = c.c_int
-    lib.tf_ring_reset_stats.argtypes = []
-    lib.tf_ring_device_support.restype = c.c_int
-    lib.tf_ring_submit.argtypes = [c.c_int, c.c_int, c.c_int, c.c_char_p, c.POINTER(c.c_int64), c.c_int,
-                                   c.c_void_p, c.c_void_p, c.c_int, c.c_void_p, c.c_int, c.c_double,
-                                   c.c_double, c.POINTER(c.c_int64), c.c_int, c.c_char_p, c.c_int]
-    lib.tf_ring_submit.restype = c.c_int64
-    lib.tf_ring_group_begin.argtypes = []
-    lib.tf_ring_group_end.argtypes = [c.c_char_p, c.c_int]
-    lib.tf_ring_group_end.restype = c.c_int
-    lib.tf_ring_wait.argtypes = [c.c_int64, c.c_double, c.c_char_p, c.c_int]
-    lib.tf_ring_wait.restype = c.c_int
-    lib.tf_ring_output.argtypes = [c.c_int64, c.c_int, c.POINTER(c.c_void_p), c.POINTER(c.c_int64), c.c_int,
-                                   c.POINTER(c.c_int)]
-    lib.tf_ring_output.restype = c.c_int
-    lib.tf_ring_release.argtypes = [c.c_int64]
-    return lib
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(flags | os.RTLD_GLOBAL)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.setdlopenflags(flags)
+    return module
 
 
-LIB = _load()
-_ERROR_LEN = 4096
+ENGINE = _load()
 _counter = [0]
-
-
-def init():
-    err = ctypes.create_string_buffer(_ERROR_LEN)
-    if LIB.tf_ring_init(None, err, _ERROR_LEN) != 0:
-        raise EngineError(err.value.decode())
-    if not _finalizer_registered:
-        atexit.register(LIB.tf_ring_finalize_mpi)  # MPI must be finalized before exit
-        _finalizer_registered.append(True)
-
-
 _finalizer_registered = []
 
 
+def init():
+    try:
+        ENGINE.init()
+    except RuntimeError as e:
+        raise EngineError(str(e)) from None
+    if not _finalizer_registered:
+        atexit.register(ENGINE.finalize_mpi)  # MPI must be finalized before exit
+        _finalizer_registered.append(True)
+
+
 def shutdown():
-    LIB.tf_ring_shutdown()
+    ENGINE.shutdown()
 
 
 def finalize():
     """Shuts down and finalizes MPI (call once, at the end of the process)."""
-    LIB.tf_ring_finalize_mpi()
+    ENGINE.finalize_mpi()
 
 
 def _topology():
-    out = (ctypes.c_int * 7)()  # tf_ring_topology writes 7 values (c_api.cc)
-    if LIB.tf_ring_topology(out) != 0:
+    topology = ENGINE.topology()
+    if topology is None:
         raise EngineError("tf_ring_engine is not initialized: call init() first")
-    return list(out)
+    return topology
 
 
 def rank():
-    return _topology()[0]
+    return _topology()["rank"]
 
 
 def size():
-    return _topology()[1]
+    return _topology()["size"]
 
 
 def local_rank():
-    return _topology()[2]
+    return _topology()["local_rank"]
 
 
 def gpu_built():
     """True when the library was built with the CUDA/NCCL transport."""
-    return LIB.tf_ring_device_support() == 1
+    return ENGINE.device_support()
 
 
-STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_batches", "tensors", "bytes")
+STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_batches", "tensors", "bytes",
+              "hierarchical_batches", "scratch_bytes")
 
 
 def stats():
-    out = (ctypes.c_int64 * 7)()
-    n = LIB.tf_ring_stats(out, 7)
-    return dict(zip(STAT_NAMES[:n], list(out)[:n]))
+    return ENGINE.stats()
 
 
 def reset_stats():
-    LIB.tf_ring_reset_stats()
+    ENGINE.reset_stats()
+
+
+def engine_params():
+    """As tf_ring.engine_params(): fusion threshold, cycle time, autotune state
+    and history, and rank 0's TF_RING_* settings, which every rank runs with."""
+    return ENGINE.engine_params()
 
 
 # --- arrays: NumPy on the host, PyTorch or CuPy on a GPU --------------------
@@ -138,24 +129,20 @@ class _Array:
         module = type(x).__module__.split(".")[0]
         if module == "torch":
             import torch
-            self.kind = "torch"
+            self.torch = torch
+            self.kind = "torch" if x.is_cuda else "torch-cpu"
             self.dtype = str(x.dtype).replace("torch.", "")
             self.shape = tuple(x.shape)
             self.device = x.device.index if x.is_cuda else -1
-            if self.device >= 0 and not x.is_contiguous():
+            if not x.is_contiguous():
                 raise ValueError("tf_ring_engine: the tensor must be contiguous")
-            self.ptr = x.data_ptr()
-            self.stream = torch.cuda.current_stream(x.device).cuda_stream if self.device >= 0 else None
-            self.torch = torch
         elif module == "cupy":
             import cupy
+            self.cupy = cupy
             self.kind = "cupy"
             self.dtype = x.dtype.name
             self.shape = tuple(x.shape)
             self.device = x.device.id
-            self.ptr = x.data.ptr
-            self.stream = cupy.cuda.get_current_stream().ptr
-            self.cupy = cupy
         else:
             x = np.ascontiguousarray(x)
             self.obj = x
@@ -163,13 +150,8 @@ class _Array:
             self.dtype = x.dtype.name
             self.shape = x.shape
             self.device = -1
-            self.ptr = x.ctypes.data
-            self.stream = None
         if self.dtype not in DTYPES:
             raise TypeError("tf_ring_engine: dtype %s is not supported" % self.dtype)
-        if self.kind == "torch" and self.device < 0:
-            # Host torch tensors go through NumPy views of the same memory.
-            self.kind = "torch-cpu"
 
     def empty_like(self):
         if self.kind == "numpy":
@@ -178,39 +160,36 @@ class _Array:
             return self.torch.empty_like(self.obj)
         return self.cupy.empty_like(self.obj)
 
-    @staticmethod
-    def ptr_of(x):
-        if type(x).__module__.startswith("torch"):
-            return x.data_ptr()
-        if type(x).__module__.startswith("cupy"):
-            return x.data.ptr
-        return x.ctypes.data
+    def exported(self, x):
+        """`x` (an array of this kind) as the binding takes it: a NumPy array
+        of a buffer-protocol dtype on the host, the array itself (DLPack) on a GPU."""
+        if self.device >= 0:
+            return x
+        if self.kind == "torch-cpu":
+            x = x.view(self.torch.int16) if self.dtype == "bfloat16" else x
+            return x.numpy()  # shares the tensor's memory
+        return x.view(np.uint16) if self.dtype == "bfloat16" else x
 
-    def wrap_output(self, handle, index, dtype_name, as_numpy=False):
-        """Output `index` of `handle` (engine-allocated) as an array of this
+    def wrap_output(self, pending, index, dtype_name, as_numpy=False):
+        """Output `index` of `pending` (engine-allocated) as an array of this
         kind (a NumPy array for host outputs with `as_numpy`)."""
-        data = ctypes.c_void_p()
-        shape = (ctypes.c_int64 * 16)()
-        on_device = ctypes.c_int()
-        ndims = LIB.tf_ring_output(handle.id, index, ctypes.byref(data), shape, 16, ctypes.byref(on_device))
-        if ndims < 0:
-            raise EngineError("no output %d for tensor '%s'" % (index, handle.name))
-        dims = tuple(shape[:ndims])
+        out = pending.handle.output(index)
+        if out is None:
+            raise EngineError("no output %d for tensor '%s'" % (index, pending.name))
+        data, dims = out
         np_dtype = _np_dtype(dtype_name)
         if self.kind == "numpy" and dtype_name == self.dtype:
             np_dtype = self.obj.dtype  # keeps extension dtypes (ml_dtypes.bfloat16)
-        count = int(np.prod(dims)) if dims else 1
-        nbytes = count * np_dtype.itemsize
-        if not on_device.value:
-            buf = (ctypes.c_char * max(nbytes, 1)).from_address(data.value or 0) if nbytes else b""
-            host = np.frombuffer(bytes(buf)[:nbytes], dtype=np_dtype).reshape(dims).copy()
+        if isinstance(data, bytes):
+            host = np.frombuffer(data, dtype=np_dtype).reshape(dims).copy()
             if self.kind.startswith("torch") and not as_numpy:
                 return _torch_from_numpy(self.torch, host, dtype_name)
             return host
         # Device memory owned by the handle: keep the handle alive with the array.
-        owner = _DeviceBytes(data.value, nbytes, self.device, handle)
+        nbytes = (int(np.prod(dims)) if dims else 1) * np_dtype.itemsize
+        owner = _DeviceBytes(data, nbytes, pending)
         if self.kind == "cupy":
-            mem = self.cupy.cuda.UnownedMemory(data.value, nbytes, owner, self.device)
+            mem = self.cupy.cuda.UnownedMemory(data, nbytes, owner, self.device)
             ptr = self.cupy.cuda.MemoryPointer(mem, 0)
             return self.cupy.ndarray(dims, dtype=np_dtype if dtype_name != "bfloat16" else "uint16", memptr=ptr)
         raw = self.torch.as_tensor(owner, device="cuda:%d" % self.device)
@@ -232,60 +211,38 @@ def _torch_from_numpy(torch, host, dtype_name):
 
 
 class _DeviceBytes:
-    """Raw device bytes as a __cuda_array_interface__ object; releasing the
-    last reference frees the engine's allocation."""
+    """Raw device bytes as a __cuda_array_interface__ object; the engine's
+    allocation is freed with the last reference to its handle."""
 
-    def __init__(self, ptr, nbytes, device, handle):
+    def __init__(self, ptr, nbytes, pending):
         self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr or 0, False),
                                          "version": 3, "strides": None, "stream": None}
-        self.handle = handle
-        self.handle.keep()
+        self.pending = pending
 
 
 class Pending:
     """One submitted collective. wait() returns its result."""
 
-    def __init__(self, hid, name, array, finish):
-        self.id = hid
+    def __init__(self, handle, name, array, finish):
+        self.handle = handle
         self.name = name
         self.array = array
         self._finish = finish
-        self._refs = 0
-        self._released = False
         self._result = None
         self._done = False
-
-    def keep(self):
-        self._refs += 1
 
     def wait(self, timeout=None):
         if self._done:
             return self._result
-        err = ctypes.create_string_buffer(_ERROR_LEN)
-        rc = LIB.tf_ring_wait(self.id, -1.0 if timeout is None else float(timeout), err, _ERROR_LEN)
-        if rc == 2:
+        try:
+            done = self.handle.wait(None if timeout is None else float(timeout))
+        except RuntimeError as e:
+            raise EngineError(str(e)) from None
+        if not done:
             raise TimeoutError("tensor '%s' not done after %s s" % (self.name, timeout))
-        if rc != 0:
-            self._release()
-            raise EngineError(err.value.decode() or "handle %d unknown" % self.id)
         self._result = self._finish(self)
         self._done = True
-        if self._refs == 0:
-            self._release()
         return self._result
-
-    def _release(self):
-        if not self._released:
-            self._released = True
-            LIB.tf_ring_release(self.id)
-
-    def __del__(self):
-        # Only a finished handle may free its outputs (the engine writes them until done).
-        if self._done or self._released:
-            try:
-                self._release()
-            except Exception:  # interpreter teardown
-                pass
 
 
 def _name(prefix, name):
@@ -298,25 +255,16 @@ def _name(prefix, name):
 def _submit(op, x, name, output=None, reduce_op=Sum, root=0, prescale=1.0, postscale=1.0, splits=None,
             finish=None):
     a = _Array(x)
-    shape = (ctypes.c_int64 * max(len(a.shape), 1))(*a.shape)
-    split_arr = None
-    if splits is not None:
-        splits = [int(s) for s in splits]
-        split_arr = (ctypes.c_int64 * len(splits))(*splits)
-    out_ptr = _Array.ptr_of(output) if output is not None else None
-    err = ctypes.create_string_buffer(_ERROR_LEN)
-    hid = LIB.tf_ring_submit(op, reduce_op, DTYPES[a.dtype], name.encode(), shape, len(a.shape),
-                             ctypes.c_void_p(a.ptr), ctypes.c_void_p(out_ptr) if out_ptr else None,
-                             a.device, ctypes.c_void_p(a.stream) if a.stream else None, root,
-                             float(prescale), float(postscale), split_arr, len(splits or []), err, _ERROR_LEN)
-    if hid == 0:
-        raise EngineError(err.value.decode())
-    p = Pending(hid, name, a, finish)
+    try:
+        handle = ENGINE.submit(op, reduce_op, DTYPES[a.dtype], name, a.exported(a.obj),
+                               None if output is None else a.exported(output), a.device, root,
+                               float(prescale), float(postscale), [int(s) for s in splits or []])
+    except RuntimeError as e:
+        raise EngineError(str(e)) from None
+    p = Pending(handle, name, a, finish)
     p.input = x  # the engine reads it until done
     p.output = output
     return p
-
-
 def allreduce(x, op=Average, name=None, prescale=1.0, postscale=1.0, output=None):
     name = _name("allreduce", name)
     out = output if output is not None else _Array(x).empty_like()
@@ -367,14 +315,14 @@ def join():
 def grouped_allreduce(tensors, op=Average, name=None, prescale=1.0, postscale=1.0):
     """One Pending per tensor, negotiated and fused together."""
     base = _name("grouped_allreduce", name)
-    LIB.tf_ring_group_begin()
+    ENGINE.group_begin()
     pending = []
     try:
         for i, x in enumerate(tensors):
             pending.append(allreduce(x, op=op, name="%s.%d" % (base, i), prescale=prescale, postscale=postscale))
     finally:
-        err = ctypes.create_string_buffer(_ERROR_LEN)
-        rc = LIB.tf_ring_group_end(err, _ERROR_LEN)
-    if rc != 0:
-        raise EngineError(err.value.decode())
+        try:
+            ENGINE.group_end()
+        except RuntimeError as e:
+            raise EngineError(str(e)) from None
     return pending

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds tf_ring_engine/libtf_ring_engine.so (the engine without TensorFlow).
+# Builds tf_ring_engine/_tf_ring_engine.so (the engine and its pybind11
+# module, without TensorFlow) for the python3 on PATH.
 #
 #   tf_ring_engine/build.sh [--cpu | --cuda] [--compile-only]
 #
@@ -31,6 +32,13 @@ if [ -z "$mpicc" ]; then
 fi
 mpi_cflags="$("$mpicc" -showme:compile)"
 mpi_libs="$("$mpicc" -showme:link)"
+
+# TF_RING_PY_CFLAGS: Python and pybind11 include flags, where python3 has no pybind11 module.
+py_cflags="${TF_RING_PY_CFLAGS:-$(python3 -m pybind11 --includes 2>/dev/null || true)}"
+if [ -z "$py_cflags" ]; then
+  echo "tf_ring_engine: pybind11 not found for $(command -v python3) (pip install pybind11)" >&2
+  exit 1
+fi
 
 py_site="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)"
 first_with() {  # first_with FILE DIR... -> the first DIR holding FILE
@@ -105,10 +113,10 @@ else
   echo "tf_ring_engine: CPU build"
   args=(CUDA=0)
 fi
-args+=("MPI_CFLAGS=$mpi_cflags" "MPI_LIBS=$mpi_libs")
+args+=("MPI_CFLAGS=$mpi_cflags" "MPI_LIBS=$mpi_libs" "PY_CFLAGS=$py_cflags")
 if [ "$link" = 1 ]; then
   make -s -C "$here" -j "$jobs" "${args[@]}"
-  echo "tf_ring_engine: built ${OUT:-$here/libtf_ring_engine.so}"
+  echo "tf_ring_engine: built ${OUT:-$here/_tf_ring_engine.so}"
 else
   make -s -C "$here" -j "$jobs" "${args[@]}" objects
   echo "tf_ring_engine: compiled every source ($mode), not linked"

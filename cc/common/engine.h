@@ -81,7 +81,7 @@ class Engine {
   std::vector<ParamChange> param_history();
 
   // True when another rank stopped the engine while this rank still had
-  // collectives pending: that rank left the job early (see c_api/c_api.cc).
+  // collectives pending: that rank left the job early (see python/lifecycle.cc, FinalizeMpi).
   bool failed_by_peer() const { return failed_by_peer_.load(); }
 
   Topology topology() const { return topology_; }

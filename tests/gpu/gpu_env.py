@@ -20,7 +20,7 @@ GPU = DEVICE == "cuda"
 
 def unavailable_reason():
     """Why these tests cannot run here, or None."""
-    lib = os.environ.get("TF_RING_ENGINE_LIB") or os.path.join(REPO, "tf_ring_engine", "libtf_ring_engine.so")
+    lib = os.environ.get("TF_RING_ENGINE_LIB") or os.path.join(REPO, "tf_ring_engine", "_tf_ring_engine.so")
     if not GPU:
         return None if os.path.exists(lib) else "the engine-only library is not built (%s)" % lib
     try:

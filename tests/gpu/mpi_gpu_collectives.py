@@ -225,3 +225,33 @@ def test_join_lets_the_other_ranks_finish_their_gpu_collectives():
         # Step 3 ran without rank 0: Average divides by the ranks that contributed.
         np.testing.assert_allclose(to_numpy(results[3]), np.full((8,), sum(k + 4 for k in range(1, n)) / (n - 1)),
                                    rtol=1e-6)
+
+
+def test_waiting_releases_the_gil():
+    """Rank 0 waits on an allreduce the last rank joins only after a while;
+    a Python thread keeps counting meanwhile, which it could not if wait()
+    held the GIL."""
+    import threading
+    import time
+    n, r = e.size(), e.rank()
+    x = to_device(np.ones(4), "float32")
+    ticks, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    e.allreduce(x, op=e.Sum, name="gil.together").wait()  # every rank starts together
+    if r == n - 1:
+        time.sleep(1.0)
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        result = e.allreduce(x, op=e.Sum, name="gil.released").wait()
+    finally:
+        stop.set()
+        counter.join()
+    np.testing.assert_array_equal(to_numpy(result), np.full(4, n))
+    if r == 0:
+        assert ticks[0] > 100, ticks[0]

@@ -14,7 +14,6 @@ tests/parallel/mpi_cache_fusion.py and mpi_process_sets_dynamic.py.
 
     python differing_settings.py [SCENARIO ...]   (default: all of them)
 """
-import ctypes
 import os
 import sys
 
@@ -26,22 +25,6 @@ RANK = int(os.environ["OMPI_COMM_WORLD_RANK"])
 SIZE = int(os.environ["OMPI_COMM_WORLD_SIZE"])
 ODD = SIZE - 1  # the rank whose environment differs, unless a scenario says 0
 RANKS = np.arange(SIZE)
-AUTOTUNE_STATES = {0: "off", 1: "tuning", 2: "settled"}
-
-
-def engine_params():
-    """What tf_ring.engine_params() reports, from the same C entry points."""
-    values = (ctypes.c_int64 * 4)()
-    engine.LIB.tf_ring_engine_params(values)
-    engine.LIB.tf_ring_agreed_settings.restype = ctypes.c_int
-    text = ctypes.create_string_buffer(1 << 16)
-    length = engine.LIB.tf_ring_agreed_settings(text, len(text))
-    settings = {}
-    for entry in text.raw[:length].decode().split("\0"):
-        name, has_value, value = entry.partition("=")
-        settings[name] = value if has_value else None
-    return {"fusion_threshold": values[0], "cycle_time_ms": values[1] / 1000.0,
-            "autotune": AUTOTUNE_STATES[values[2]], "settings": settings}
 
 
 def check_equal(what, got, want):
@@ -129,7 +112,7 @@ def run(name):
     try:
         engine.init()
         collectives()
-        params = engine_params()
+        params = engine.engine_params()
     finally:
         os.environ.clear()
         os.environ.update(saved)

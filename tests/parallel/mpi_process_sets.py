@@ -442,6 +442,24 @@ def test_init_errors_out_of_range_and_ranks_that_disagree(sets):
     assert [ps.process_set_id for ps in sets] == [1, 2, 3]
 
 
+def test_a_mismatch_error_longer_than_1024_characters_arrives_whole(sets):
+    """The engine's message crosses into Python whole (no fixed-size buffer)."""
+    count = 250  # over 2,048 characters on 2 ranks: the old C API cut messages there
+    mine_ranks = [0] if hvd.rank() == 0 else [1]
+    try:
+        with pytest.raises(ValueError) as info:
+            restart([hvd.ProcessSet(mine_ranks) for _ in range(count)])
+    finally:
+        restart(sets)
+    message = str(info.value)
+    assert len(message) > 1024, len(message)
+    assert message.startswith("tf_ring: registering process sets failed: process sets do not match")
+    rank0 = "rank 0: add [" + ", ".join(["[0]"] * count) + "]"
+    rank1 = "rank 1: add [" + ", ".join(["[1]"] * count) + "]"
+    assert rank0 in message and rank1 in message, message[:300]
+    assert message.endswith("add_process_set() and remove_process_set()."), message[-200:]
+
+
 def test_a_stall_inside_a_set_is_reported_with_engine_ranks(sets, capfd):
     """The set's coordinator warns about a tensor some members lack, naming
     the set and the missing member by its engine rank."""
