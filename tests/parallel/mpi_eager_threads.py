@@ -48,7 +48,8 @@ def run_threads(*targets):
 def test_a_second_thread_submits_while_the_first_ones_collective_is_pending():
     """Made certain: on every rank but the last, thread B submits while
     thread A's allreduce waits for the last rank, whose A submits only after
-    its B has finished. One shared name per op failed B as already in flight."""
+    its B has finished. With one shared name per op, B failed (already in
+    flight, or matched to the other thread's collective)."""
     size, rank, last = hvd.size(), hvd.rank(), hvd.size() - 1
     b_done = threading.Event()
     results = {}
