@@ -35,7 +35,7 @@ def _auto_name(prefix, tensor, name):
 
     In graphs (tf.function, v1) the tensor's own name is stable and identical
     on every rank running the same code. Eagerly there is no such name: the
-    op, the calling thread and the call site stand in (see _eager_names).
+    op and the calling thread stand in (see _eager_names).
     """
     if tf.executing_eagerly():
         return _normalize_name(name) if name else eager_name(prefix)

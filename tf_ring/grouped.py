@@ -11,7 +11,7 @@ from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, _as_tensor
 
 
 def _group_name(name, what="grouped_allreduce"):
-    """Explicit names win; eagerly the thread and call site (see
+    """Explicit names win; eagerly the op and the calling thread (see
     _eager_names); in graphs an empty name lets the kernel use its unique
     node name."""
     if name:

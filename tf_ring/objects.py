@@ -43,7 +43,7 @@ def _run_eagerly(fn):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns root_rank's `obj` on every rank (the root gets its own object
     back); with `process_set`, on that set's ranks (root_rank a global rank)."""
-    name = name or eager_name("broadcast_object")
+    name = name or eager_name("broadcast_object", "")
     is_root = rank() == root_rank
     payload = _to_bytes(obj) if is_root else None
 
@@ -59,7 +59,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns a list with every rank's `obj`, in rank order (of the ranks of
     `process_set`, when given)."""
-    name = name or eager_name("allgather_object")
+    name = name or eager_name("allgather_object", "")
     payload = _to_bytes(obj)
     lengths = _run_eagerly(lambda: allgather(tf.constant([payload.size], tf.int64),
                                              name=name + ".lengths", process_set=process_set))
@@ -77,9 +77,11 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
     is accepted for Horovod's v1 code and not needed: the broadcast runs at
     once, also from inside graphs, like broadcast_object.
     """
-    del session  # unnamed: each call is named after its own thread and call site
+    del session
 
-    def bcast(obj):
-        return broadcast_object(obj, root_rank=root_rank, name=name, process_set=process_set)
+    def bcast(obj):  # unnamed, named after the thread each call runs in
+        return broadcast_object(obj, root_rank=root_rank,
+                                name=name or eager_name("broadcast_object_fn", ""),
+                                process_set=process_set)
 
     return bcast

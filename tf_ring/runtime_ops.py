@@ -40,10 +40,9 @@ def process_set_included_op(process_set_id=0, name=None):
 def barrier(name=None, process_set=global_process_set):
     """Blocks until every rank has called barrier(); in a graph, returns the op to run.
 
-    Unnamed eager barriers are named after the calling thread and call site
-    (see docs/tensorflow-api.md, Names); in a graph the node name identifies
-    the barrier on every rank. process_set:
-    wait for that set's ranks only.
+    Unnamed eager barriers are named after the calling thread (see
+    docs/tensorflow-api.md, Names); in a graph the node name identifies the
+    barrier on every rank. process_set: wait for that set's ranks only.
     """
     set_id = process_set_id_of(process_set, "barrier")
     if name:

@@ -28,14 +28,15 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Broadcasts root_rank's values into `variables` in place and returns
     their new values (a list of tensors, in the order given).
 
-    Each variable is its own collective, named after `name` (eagerly without
-    it, after the calling thread and call site) and its position in the list, so every rank must pass the same variables
-    in the same order. Works eagerly, in tf.function and in v1 graphs.
+    Each variable is its own collective, named after `name` (or "broadcast_",
+    with the thread's name outside the main thread) and its position in the
+    list, so every rank must pass the same variables in the same order.
+    Works eagerly, in tf.function and in v1 graphs.
     """
     if isinstance(variables, tf.Variable):
         variables = [variables]
     variables = list(variables)
-    prefix = name or (eager_name("broadcast_") if tf.executing_eagerly() else None)
+    prefix = name or (eager_name("broadcast_", "") if tf.executing_eagerly() else None)
 
     def collective_name(index):
         return "%s.%d" % (prefix, index) if prefix else None

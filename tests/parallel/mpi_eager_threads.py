@@ -1,7 +1,6 @@
 """Unnamed eager collectives from several Python threads at once: each is
-named after its thread and call site, the same on every rank, so they never
-clash ("already in flight") and each matches its own thread's peers."""
-import re
+named after its op and thread, the same on every rank, so they never clash
+("already in flight") and each matches its own thread's peers."""
 import threading
 import time
 
@@ -49,7 +48,8 @@ def run_threads(*targets):
 def test_a_second_thread_submits_while_the_first_ones_collective_is_pending():
     """Made certain: on every rank but the last, thread B submits while
     thread A's allreduce waits for the last rank, whose A submits only after
-    its B has finished. One shared name per op failed B as already in flight."""
+    its B has finished. With one shared name per op, B failed (already in
+    flight, or matched to the other thread's collective)."""
     size, rank, last = hvd.size(), hvd.rank(), hvd.size() - 1
     b_done = threading.Event()
     results = {}
@@ -99,7 +99,7 @@ def test_two_threads_run_every_unnamed_eager_collective_concurrently():
     assert seen == {0: list(range(12)), 1: list(range(12))}
 
 
-def test_repeated_unnamed_calls_from_one_place_hit_the_response_cache():
+def test_repeated_unnamed_calls_hit_the_response_cache():
     hvd.reset_stats()
     for step in range(5):
         got = hvd.allreduce(tf.fill([6], float(step)), op=hvd.Sum)
@@ -108,12 +108,20 @@ def test_repeated_unnamed_calls_from_one_place_hit_the_response_cache():
     assert (stats["cache_misses"], stats["cache_hits"]) == (1, 4), stats
 
 
-def test_errors_name_the_call_site_and_thread():
+def test_one_collective_called_from_different_lines_on_different_ranks_still_matches():
+    # Horovod code does this; a name taken from the call site would stall it.
+    if hvd.rank() == 0:
+        got = hvd.broadcast(tf.constant([3.0, 4.0]), root_rank=0)
+    else:
+        got = hvd.broadcast(tf.zeros([2]), root_rank=0)
+    np.testing.assert_array_equal(got.numpy(), [3.0, 4.0])
+
+
+def test_errors_name_the_op_and_thread():
     bad = tf.ones([2 + (hvd.rank() == hvd.size() - 1)])
     with pytest.raises(tf.errors.OpError) as main:
         hvd.allreduce(bad)
-    assert re.search(r"'allreduce\.eager/mpi_eager_threads\.py\.\d+'", main.value.message), \
-        main.value.message
+    assert "'allreduce.eager'" in main.value.message, main.value.message
     caught = {}
 
     def worker():
@@ -124,5 +132,4 @@ def test_errors_name_the_call_site_and_thread():
     thread = threading.Thread(target=worker, name="gatherer")
     thread.start()
     thread.join(timeout=120)
-    assert re.search(r"'allgather\.eager/gatherer/mpi_eager_threads\.py\.\d+'",
-                     caught["message"]), caught
+    assert "'allgather.eager/gatherer'" in caught["message"], caught
