@@ -86,8 +86,10 @@ def _ones(megabytes, dtype=tf.float32):
 # temporary buffers fail the job rather than the collective: neither makes
 # a dependable failure here, though outputs go through the same agreement.)
 CASES = {
-    # Two 8 MiB blocks a rank, fused: the scratch holds everything gathered plus this rank's blocks.
-    "fused_allgather": (lambda: [_ones(8), _ones(8) * 2],
+    # Two 24 MiB blocks a rank, fused (under the 64 MiB threshold): the scratch holds everything
+    # gathered plus this rank's blocks, several times the 40 MiB headroom, so memory malloc
+    # already holds cannot satisfy it (8 MiB blocks passed a full run once without failing).
+    "fused_allgather": (lambda: [_ones(24), _ones(24) * 2],
                         lambda x, n: hvd.grouped_allgather(x, name=n)[0]),
     # The output fits; the prescaled copy of the whole input does not.
     "reducescatter_prescaled": (lambda: _ones(64), lambda x, n: hvd.reducescatter(
