@@ -21,7 +21,7 @@ LIB = os.path.join(REPO, "build", "engine-cpu-test", "_tf_ring_engine.so")
 
 @pytest.fixture(scope="module")
 def engine_lib():
-    env = dict(os.environ, OUT=LIB, BUILD_DIR=os.path.join(REPO, "build", "engine-cpu-test"))
+    env = dict(os.environ, ENGINE_LIB=LIB, BUILD_DIR=os.path.join(REPO, "build", "engine-cpu-test"))
     result = subprocess.run(["bash", os.path.join(REPO, "tf_ring_engine", "build.sh"), "--cpu"],
                             capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr

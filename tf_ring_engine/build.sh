@@ -113,10 +113,21 @@ else
   echo "tf_ring_engine: CPU build"
   args=(CUDA=0)
 fi
-args+=("MPI_CFLAGS=$mpi_cflags" "MPI_LIBS=$mpi_libs" "PY_CFLAGS=$py_cflags")
+# Where the compiler has no libstdc++.so (no libstdc++-dev symlink), g++
+# -shared quietly links the static libstdc++.a into the module: two copies of
+# the C++ runtime in one process, and the first std::ostringstream crashes.
+# Then name the shared runtime's file itself.
+cxx_runtime=""
+cxx="${CXX:-g++}"
+if [ "$("$cxx" -print-file-name=libstdc++.so)" = libstdc++.so ]; then
+  cxx_runtime="$("$cxx" -print-file-name=libstdc++.so.6)"
+  [ "$cxx_runtime" != libstdc++.so.6 ] || cxx_runtime="$(first_lib libstdc++ /usr/lib/x86_64-linux-gnu /usr/lib64 || true)"
+  echo "tf_ring_engine: $cxx has no libstdc++.so; linking $cxx_runtime"
+fi
+args+=("MPI_CFLAGS=$mpi_cflags" "MPI_LIBS=$mpi_libs $cxx_runtime" "PY_CFLAGS=$py_cflags")
 if [ "$link" = 1 ]; then
   make -s -C "$here" -j "$jobs" "${args[@]}"
-  echo "tf_ring_engine: built ${OUT:-$here/_tf_ring_engine.so}"
+  echo "tf_ring_engine: built ${ENGINE_LIB:-$here/_tf_ring_engine.so}"
 else
   make -s -C "$here" -j "$jobs" "${args[@]}" objects
   echo "tf_ring_engine: compiled every source ($mode), not linked"
