@@ -35,6 +35,10 @@ constexpr int32_t kDlCuda = 2;
 
 bool RowMajor(const DlTensor& t) {
   if (!t.strides) return true;
+  // An empty array has no layout: frameworks report arbitrary strides for it.
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] == 0) return true;
+  }
   int64_t expected = 1;
   for (int d = t.ndim - 1; d >= 0; --d) {
     if (t.shape[d] != 1 && t.strides[d] != expected) return false;
@@ -52,7 +56,8 @@ ArrayView HostArray(py::handle array, bool writable) {
   }
   py::buffer_info info = py::reinterpret_borrow<py::buffer>(array).request(writable);
   int64_t expected = info.itemsize;
-  for (int d = static_cast<int>(info.ndim) - 1; d >= 0; --d) {
+  const bool empty = info.size == 0;  // no layout to check
+  for (int d = static_cast<int>(info.ndim) - 1; d >= 0 && !empty; --d) {
     if (info.shape[d] != 1 && info.strides[d] != expected) {
       throw py::value_error("tf_ring_engine: the array must be C-contiguous (np.ascontiguousarray)");
     }
