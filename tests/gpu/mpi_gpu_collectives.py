@@ -263,3 +263,19 @@ def test_waiting_releases_the_gil():
     np.testing.assert_array_equal(to_numpy(result), np.full(4, n))
     if r == 0:
         assert ticks[0] > 100, ticks[0]
+
+
+def test_cupy_arrays_travel_through_dlpack_too():
+    if not GPU:
+        pytest.skip("CuPy arrays are CUDA arrays (this run uses host arrays only)")
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed: its DLPack path cannot be checked here")
+    n, r = e.size(), e.rank()
+    inputs = [rank_input(k, (3, 5), 11) for k in range(n)]
+    x = cupy.asarray(inputs[r].astype(np.float32))
+    y = e.allreduce(x, op=e.Sum, name="cupy.allreduce").wait()
+    assert type(y).__module__.startswith("cupy")
+    np.testing.assert_array_equal(cupy.asnumpy(y), np.sum(inputs, axis=0).astype(np.float32))
+    # An engine-allocated output comes back as a CuPy array too.
+    g = e.allgather(x, name="cupy.allgather").wait()
+    assert type(g).__module__.startswith("cupy")
+    np.testing.assert_array_equal(cupy.asnumpy(g), np.concatenate(inputs).astype(np.float32))
