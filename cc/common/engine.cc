@@ -30,7 +30,7 @@ constexpr std::chrono::microseconds kIdleWake(2000);
 // training loop's next step, a lone op's caller coming back): poll this long
 // before sleeping. Tens of microseconds, yielding all along (tensor_queue.cc),
 // so a rank sharing its cores with TensorFlow does not starve it.
-constexpr std::chrono::microseconds kSpinAfterWork(0);
+constexpr std::chrono::microseconds kSpinAfterWork(50);
 
 // Chosen by measurement (benchmarks/README.md): small enough that a chunk
 // stays in cache between staging and reduction.
