@@ -18,8 +18,12 @@ from bench_util import print_table, timed
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=500)
+    parser.add_argument("--idle-set", action="store_true",
+                        help="register a process set of every rank that stays unused, to "
+                             "show what an idle set costs the global set's ops")
     args = parser.parse_args()
-    hvd.init()
+    hvd.init(process_sets=[hvd.ProcessSet(list(range(MPI.COMM_WORLD.Get_size())))]
+             if args.idle_set else None)
     comm = MPI.COMM_WORLD
     data = np.ones(1024, np.float32)
     out = np.empty_like(data)
@@ -30,7 +34,8 @@ def main():
     t_identity, _ = timed(lambda: tf.identity(tensor), args.repeats, warmup=20)
     us = lambda s: "%.1f" % (s * 1e6)
     ratio = lambda t: "%.2fx" % (t / t_identity)
-    print_table("Lone 4 KB eager allreduce, %d ranks (microseconds)" % hvd.size(),
+    print_table("Lone 4 KB eager allreduce, %d ranks%s (microseconds)"
+                % (hvd.size(), ", one idle process set" if args.idle_set else ""),
                 ["method", "median us", "min us", "median / tf.identity"],
                 [["mpi4py Allreduce", us(t_mpi), us(min_mpi), ratio(t_mpi)],
                  ["tf_ring eager allreduce", us(t_ring), us(min_ring),

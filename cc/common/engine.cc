@@ -343,8 +343,15 @@ void Engine::Loop() {
     }
     ResponseList responses;
     CycleCounts counts;
+    // Which process sets have work on some rank: bit id % 64 of the OR, so
+    // a set nobody uses costs no round on its communicator. Every member
+    // reads the same OR, so all of them skip a set or none do.
+    uint64_t busy_sets = 0;
+    for (auto& set : s.sets.Mine()) {
+      if (set->queue().entries_in_flight() > 0) busy_sets |= 1ULL << (set->id() % 64);
+    }
     Status st = s.controller->RunCycle(std::move(requests), shutdown_requested_.load(), &responses,
-                                       &counts);
+                                       &counts, &busy_sets);
     if (!responses.responses.empty()) StageProbe::Stamp(kProbeAgreed);
     stats_.cycles++;
     stats_.negotiations += counts.negotiations;
@@ -379,7 +386,9 @@ void Engine::Loop() {
     // every rank, so collectives on different communicators cannot deadlock.
     // A set added or removed above takes effect here, on every rank alike.
     if (!responses.shutdown) {
-      for (auto& set : s.sets.Mine()) set->RunCycle(s.fusion_threshold);
+      for (auto& set : s.sets.Mine()) {
+        if (busy_sets & (1ULL << (set->id() % 64))) set->RunCycle(s.fusion_threshold);
+      }
     }
     ++s.cycle;
     if (responses.has_params) ApplyParams(responses);
