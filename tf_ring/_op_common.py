@@ -61,8 +61,17 @@ def _unique_in_graph(base):
     return candidate
 
 
+# The dtype enums of each allowed tuple, keyed by the tuple's id (the tuples
+# are module constants): `dtype in tuple` compares DTypes one by one, which
+# measured about 3 us of a 4 KB eager allreduce's 20.
+_ALLOWED_ENUMS = {}
+
+
 def _check_dtype(what, tensor, allowed, name):
-    if tensor.dtype not in allowed:
+    enums = _ALLOWED_ENUMS.get(id(allowed))
+    if enums is None:
+        enums = _ALLOWED_ENUMS[id(allowed)] = (allowed, frozenset(d.as_datatype_enum for d in allowed))
+    if tensor.dtype.as_datatype_enum not in enums[1]:
         raise TypeError(
             "tf_ring.%s of tensor '%s': dtype %s is not supported; supported dtypes are %s. "
             "Cast the tensor (for example with tf.cast) before the collective."
@@ -71,6 +80,8 @@ def _check_dtype(what, tensor, allowed, name):
 
 
 def _as_tensor(tensor, what, name):
+    if isinstance(tensor, tf.Tensor):
+        return tensor  # what convert_to_tensor returns, without its dispatch (1.5 us)
     try:
         return tf.convert_to_tensor(tensor)
     except (TypeError, ValueError) as e:

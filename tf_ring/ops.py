@@ -78,12 +78,15 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     _check_dtype("allreduce", tensor, REDUCE_DTYPES, name)
     if op == Adasum:
         _check_adasum("allreduce", tensor, name)
-    compression = _compressor(compression)
+    tensor_name = _auto_name("allreduce", tensor, name)
+    if compression is None:  # the common case, without the no-op compressor's calls
+        return OPS.tf_ring_allreduce(
+            tensor, reduce_op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, tensor_name=tensor_name, process_set_id=set_id)
     compressed, ctx = compression.compress(tensor)
     reduced = OPS.tf_ring_allreduce(
         compressed, reduce_op=op, prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, tensor_name=_auto_name("allreduce", tensor, name),
-        process_set_id=set_id)
+        postscale_factor=postscale_factor, tensor_name=tensor_name, process_set_id=set_id)
     return compression.decompress(reduced, ctx)
 
 

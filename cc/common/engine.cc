@@ -12,6 +12,7 @@
 #include "common/transport/hierarchical_choice.h"
 #include "common/transport/host_layout.h"
 #include "common/observability/logging.h"
+#include "common/observability/stage_probe.h"
 #include "common/transport/mpi_context.h"
 #include "common/transport/mpi_types.h"
 #include "common/operation_manager.h"
@@ -25,6 +26,11 @@ namespace {
 // How long an idle rank sleeps before joining a cycle anyway, so that ranks
 // with work (or a shutdown) never wait on a rank that has none for longer.
 constexpr std::chrono::microseconds kIdleWake(2000);
+// After a cycle that took work, the next op is likely close behind (a
+// training loop's next step, a lone op's caller coming back): poll this long
+// before sleeping. Tens of microseconds, yielding all along (tensor_queue.cc),
+// so a rank sharing its cores with TensorFlow does not starve it.
+constexpr std::chrono::microseconds kSpinAfterWork(50);
 
 // Chosen by measurement (benchmarks/README.md): small enough that a chunk
 // stays in cache between staging and reduction.
@@ -311,17 +317,21 @@ void Engine::Loop() {
   bool joined_here = false;  // this rank called join() and waits for the others
   std::string stopped_by = StoppedBy({}, topology_.rank);
   bool by_peer = false;  // stopped by another rank's shutdown, not this one's
+  bool took_work = false;  // the last cycle took requests: spin before sleeping
   for (;;) {
     // With collectives in flight, go straight to the next cycle: the peers
     // we wait on arrive within it. Only a rank with nothing pending idles;
     // a joined rank waiting for the others counts as idle.
     const size_t busy_above = joined_here ? 1 : 0;
     const size_t in_flight = s.queue.entries_in_flight() + s.sets.entries_in_flight();
-    s.queue.WaitForWork(in_flight > busy_above ? std::chrono::microseconds(0) : kIdleWake);
+    s.queue.WaitForWork(in_flight > busy_above ? std::chrono::microseconds(0) : kIdleWake,
+                        took_work ? kSpinAfterWork : std::chrono::microseconds(0));
     s.queue.WaitForBurstEnd(s.batch_window);
 
     const auto cycle_start = Timeline::Clock::now();
     std::vector<Request> requests = s.queue.TakeRequests();
+    took_work = !requests.empty();
+    if (took_work) StageProbe::Stamp(kProbeTaken);
     const bool recording = timeline_.active();
     if (!recording) s.negotiation_start.clear();
     for (const Request& r : requests) {
@@ -333,8 +343,16 @@ void Engine::Loop() {
     }
     ResponseList responses;
     CycleCounts counts;
+    // Which process sets have work on some rank: bit id % 64 of the OR, so
+    // a set nobody uses costs no round on its communicator. Every member
+    // reads the same OR, so all of them skip a set or none do.
+    uint64_t busy_sets = 0;
+    for (auto& set : s.sets.Mine()) {
+      if (set->queue().entries_in_flight() > 0) busy_sets |= 1ULL << (set->id() % 64);
+    }
     Status st = s.controller->RunCycle(std::move(requests), shutdown_requested_.load(), &responses,
-                                       &counts);
+                                       &counts, &busy_sets);
+    if (!responses.responses.empty()) StageProbe::Stamp(kProbeAgreed);
     stats_.cycles++;
     stats_.negotiations += counts.negotiations;
     stats_.cache_hits += counts.cache_hits;
@@ -368,7 +386,9 @@ void Engine::Loop() {
     // every rank, so collectives on different communicators cannot deadlock.
     // A set added or removed above takes effect here, on every rank alike.
     if (!responses.shutdown) {
-      for (auto& set : s.sets.Mine()) set->RunCycle(s.fusion_threshold);
+      for (auto& set : s.sets.Mine()) {
+        if (busy_sets & (1ULL << (set->id() % 64))) set->RunCycle(s.fusion_threshold);
+      }
     }
     ++s.cycle;
     if (responses.has_params) ApplyParams(responses);

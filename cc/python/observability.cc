@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/engine.h"
+#include "common/observability/stage_probe.h"
 #include "python/binding.h"
 
 namespace tf_ring {
@@ -74,6 +75,16 @@ void StartTimeline(const std::string& path, bool mark_cycles) {
 void RegisterObservability(py::module_& m) {
   m.def("stats", &Stats, py::arg("process_set_id") = py::none());
   m.def("reset_stats", [] { Engine::Get().ResetStats(); });
+  // For benchmarks/latency_stages.py: turn the stage stamps on (and clear
+  // them), and read the last op's (submit, taken, agreed, done) in ns.
+  m.def("stage_probe", [](bool on) {
+    StageProbe::Clear();
+    StageProbe::Enable(on);
+  });
+  m.def("stage_stamps", [] {
+    return py::make_tuple(StageProbe::Read(kProbeSubmit), StageProbe::Read(kProbeTaken),
+                          StageProbe::Read(kProbeAgreed), StageProbe::Read(kProbeDone));
+  });
   m.def("agreed_settings", &AgreedSettings);
   m.def("engine_params", &EngineParamsDict,
         "fusion_threshold, cycle_time_ms, autotune, history of (cycle, fusion_threshold, "

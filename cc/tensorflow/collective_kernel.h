@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/engine.h"
+#include "common/observability/stage_probe.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/tensor_adapter.h"
 
@@ -25,6 +26,7 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
   // Fills what every op shares (input 0) and hands the pair to the engine.
   void Submit(::tensorflow::OpKernelContext* ctx, DoneCallback done, OpType op,
               ::tensorflow::Tensor* output, Request request) {
+    StageProbe::Stamp(kProbeSubmit);
     const ::tensorflow::Tensor& input = ctx->input(0);
     request.op = op;
     request.name = tensor_name_;

@@ -1,5 +1,7 @@
 #include "tensorflow/tensor_adapter.h"
 
+#include "common/observability/stage_probe.h"
+
 namespace tf_ring {
 
 namespace tf = ::tensorflow;
@@ -64,6 +66,7 @@ TensorEntry MakeEntryForInput(tf::OpKernelContext* ctx, int index, const std::st
     return Status::OK();
   };
   e.done = [ctx, done](const Status& s) {
+    StageProbe::Stamp(kProbeDone);
     if (!s.ok()) ctx->SetStatus(ToTfStatus(s));
     done();
   };

@@ -26,7 +26,9 @@ void ForEachBit(uint64_t word, size_t word_index, F fn) {
 }  // namespace
 
 Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, ResponseList* out,
-                            CycleCounts* counts) {
+                            CycleCounts* counts, uint64_t* busy_sets) {
+  const uint64_t my_busy = busy_sets ? *busy_sets : 0;
+  if (busy_sets) *busy_sets = ~0ULL;  // unless the cache round below says better
   out->responses.clear();
   out->shutdown = false;
   const auto now = Coordinator::Clock::now();
@@ -44,8 +46,10 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   bool negotiate = true;
   if (!joined_mode_ && cache_.capacity() > 0) {
     const size_t words = (cache_.capacity() + 63) / 64;
-    std::vector<uint64_t> vec(2 * words + 1, 0);
+    // One more inverted word before the flags: the callers' busy bits.
+    std::vector<uint64_t> vec(2 * words + 2, 0);
     std::fill(vec.begin() + words, vec.end(), ~0ULL);
+    vec[2 * words] = ~my_busy;
     std::vector<ResponseCache::Lookup> lookups(waiting_.size());
     std::vector<uint32_t> bits(waiting_.size(), 0);
     for (size_t i = 0; i < waiting_.size(); ++i) {
@@ -70,35 +74,38 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()), MPI_UINT64_T, MPI_BAND,
                    mpi_->comm(), &req);
     MpiContext::Wait(&req);
+    if (busy_sets) *busy_sets = ~vec[2 * words];
 
-    std::vector<bool> invalidated(cache_.capacity(), false), ready(cache_.capacity(), false);
+    // Read the agreed bits straight from the vector: no per-slot arrays or
+    // pass over the whole capacity, which a lone cache hit paid every cycle.
+    auto invalidated = [&](uint32_t bit) { return !((vec[words + bit / 64] >> (bit % 64)) & 1); };
+    auto ready = [&](uint32_t bit) {
+      return ((vec[bit / 64] & vec[words + bit / 64]) >> (bit % 64)) & 1;
+    };
     bool any_invalid = false;
-    for (size_t w = 0; w < words; ++w) {
-      ForEachBit(~vec[words + w], w, [&](uint32_t bit) {
-        if (bit < cache_.capacity()) {
-          invalidated[bit] = any_invalid = true;
-        }
-      });
-    }
     // Ready everywhere and still valid: run straight from the cache, in bit
     // order (the same on every rank).
     for (size_t w = 0; w < words; ++w) {
       ForEachBit(vec[w] & vec[words + w], w, [&](uint32_t bit) {
-        ready[bit] = true;
         from_cache.push_back(cache_.Get(bit));
         from_cache.back().from_cache = true;
         cache_.Touch(bit);
       });
     }
-    for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
-      if (invalidated[bit]) cache_.Erase(bit);
+    for (size_t w = 0; w < words; ++w) {
+      ForEachBit(~vec[words + w], w, [&](uint32_t bit) {
+        if (bit < cache_.capacity()) {
+          any_invalid = true;
+          cache_.Erase(bit);
+        }
+      });
     }
     std::vector<Request> still_waiting;
     std::vector<Coordinator::Clock::time_point> still_since;
     for (size_t i = 0; i < waiting_.size(); ++i) {
       const bool hit = lookups[i] == ResponseCache::Lookup::kHit;
-      if (hit && ready[bits[i]]) continue;  // runs this cycle
-      if (hit && !invalidated[bits[i]]) {
+      if (hit && ready(bits[i])) continue;  // runs this cycle
+      if (hit && !invalidated(bits[i])) {
         still_waiting.push_back(std::move(waiting_[i]));  // other ranks not there yet
         still_since.push_back(waiting_since_[i]);
       } else {

@@ -37,8 +37,11 @@ class Controller {
 
   // Adds this cycle's new requests and returns, in the same order on every
   // rank, the responses that are ready everywhere.
+  // `busy_sets` (optional) carries 64 bits through the cycle's cache round:
+  // this rank's in, the OR over every rank out; all ones when this cycle
+  // had no cache round (cache off, joined mode), so callers stay safe.
   Status RunCycle(std::vector<Request> new_requests, bool shutdown, ResponseList* out,
-                  CycleCounts* counts);
+                  CycleCounts* counts, uint64_t* busy_sets = nullptr);
   // Rank 0: sends new engine parameters to every rank in the next cycle
   // (forcing a negotiation); they arrive in that cycle's ResponseList.
   void ProposeParams(EngineParams params, bool settled) {

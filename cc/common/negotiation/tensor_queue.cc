@@ -1,6 +1,7 @@
 #include "common/negotiation/tensor_queue.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace tf_ring {
 
@@ -17,6 +18,7 @@ Status TensorQueue::Add(TensorEntry entry, Request request) {
     entries_.emplace(std::move(name), std::move(entry));
     request.enqueued_at = std::chrono::steady_clock::now();
     requests_.push_back(std::move(request));
+    ready_.store(true, std::memory_order_release);
   }
   cv_.notify_one();
   return Status::OK();
@@ -42,15 +44,32 @@ Status TensorQueue::AddGroup(std::vector<TensorEntry> entries, std::vector<Reque
       entries_.emplace(std::move(name), std::move(entries[i]));
       requests_.push_back(std::move(requests[i]));
     }
+    ready_.store(true, std::memory_order_release);
   }
   cv_.notify_one();
   return Status::OK();
 }
 
-void TensorQueue::WaitForWork(std::chrono::microseconds timeout) {
+void TensorQueue::WaitForWork(std::chrono::microseconds timeout,
+                              std::chrono::microseconds spin) {
+  if (spin.count() > 0 && timeout.count() > 0) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto spin_until = start + std::min(spin, timeout);
+    // yield() hands the core to any runnable thread (TensorFlow's, the
+    // peer rank's): on a machine with as many ranks as cores, a spin that
+    // kept the core would slow the very op it waits for.
+    while (!ready_.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < spin_until) {
+      std::this_thread::yield();
+    }
+    timeout -= std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - start);
+    if (timeout.count() < 0) timeout = std::chrono::microseconds(0);
+  }
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [this] { return !requests_.empty() || woken_; });
   woken_ = false;
+  ready_.store(!requests_.empty(), std::memory_order_relaxed);
 }
 
 void TensorQueue::WaitForBurstEnd(std::chrono::microseconds window) {
@@ -71,6 +90,7 @@ void TensorQueue::Wake() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     woken_ = true;
+    ready_.store(true, std::memory_order_release);
   }
   cv_.notify_one();
 }
@@ -80,6 +100,7 @@ std::vector<Request> TensorQueue::TakeRequests() {
   std::vector<Request> out(std::make_move_iterator(requests_.begin()),
                            std::make_move_iterator(requests_.end()));
   requests_.clear();
+  ready_.store(woken_, std::memory_order_relaxed);
   return out;
 }
 
@@ -98,6 +119,7 @@ std::vector<TensorEntry> TensorQueue::TakeAllEntries() {
   for (auto& kv : entries_) out.push_back(std::move(kv.second));
   entries_.clear();
   requests_.clear();
+  ready_.store(woken_, std::memory_order_relaxed);
   return out;
 }
 

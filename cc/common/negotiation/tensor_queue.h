@@ -4,6 +4,7 @@
 #define TF_RING_COMMON_TENSOR_QUEUE_H_
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -24,7 +25,11 @@ class TensorQueue {
   Status AddGroup(std::vector<TensorEntry> entries, std::vector<Request> requests);
 
   // Blocks until a request is queued, Wake() is called, or `timeout` passes.
-  void WaitForWork(std::chrono::microseconds timeout);
+  // The first `spin` of it polls (yielding the core each time) instead of
+  // sleeping: a futex wake-up costs a few microseconds, a lone op's whole
+  // engine path about as much.
+  void WaitForWork(std::chrono::microseconds timeout,
+                   std::chrono::microseconds spin = std::chrono::microseconds(0));
   // Keeps waiting while requests keep arriving, up to `window` in all, so a
   // burst of enqueues lands in one cycle.
   void WaitForBurstEnd(std::chrono::microseconds window);
@@ -45,6 +50,8 @@ class TensorQueue {
   std::unordered_map<std::string, TensorEntry> entries_;
   std::deque<Request> requests_;
   bool woken_ = false;
+  // Mirrors !requests_.empty() || woken_, for WaitForWork's lock-free polls.
+  std::atomic<bool> ready_{false};
 };
 
 }  // namespace tf_ring
