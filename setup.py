@@ -336,7 +336,13 @@ class BuildTfRing(build_ext):
             # reduction loops want -O3 to vectorize.
             if "cc/xla_ops" in src:
                 # The XLA lowering sees TensorFlow's (and XLA's FFI) headers.
-                extra = ["-O2", "-DTF_RING_WITH_XLA"] + tf_compile + ["-Wno-deprecated-declarations"]
+                # XLA's builder headers include highwayhash and farmhash, which
+                # the wheel ships under external/ rather than on TF's path.
+                ext_dir = os.path.join(_tf_include(tf_compile), "external")
+                extra = (["-O2", "-DTF_RING_WITH_XLA"] + tf_compile +
+                         ["-I" + os.path.join(ext_dir, "highwayhash"),
+                          "-I" + os.path.join(ext_dir, "farmhash_archive", "src"),
+                          "-Wno-deprecated-declarations"])
             elif "cc/tensorflow" in src:
                 extra = ["-O2"] + tf_compile + ["-Wno-deprecated-declarations"]
                 extra += gpu["tf_compile"] if gpu else []
@@ -359,6 +365,9 @@ class BuildTfRing(build_ext):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         link = [cxx, "-shared", "-o", target] + objects + tf_link + mpi_link + ["-pthread"]
         link += gpu["link"] if gpu else []
+        # XLA's FFI registry lives in libtensorflow_cc.so.2 (TF's lib dir is
+        # already on the -L path and rpath through tf_link).
+        link += ["-l:libtensorflow_cc.so.2"] if xla else []
         subprocess.check_call(link)
 
         info = dict(tf_info, mpi_version=mpi_version, tf_ring_version=VERSION,

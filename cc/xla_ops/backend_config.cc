@@ -6,7 +6,10 @@ namespace tf_ring {
 namespace xla_ops {
 namespace {
 
-bool NeedsEscape(char c) { return c == ';' || c == '=' || c == '%' || c < 0x20 || c == 0x7f; }
+// '"' and '\\' too: the encoded text travels inside an MLIR string attribute.
+bool NeedsEscape(char c) {
+  return c == ';' || c == '=' || c == '%' || c == '"' || c == '\\' || c < 0x20 || c == 0x7f;
+}
 
 std::string Escape(const std::string& s) {
   std::string out;
