@@ -371,7 +371,7 @@ class BuildTfRing(build_ext):
         subprocess.check_call(link)
 
         info = dict(tf_info, mpi_version=mpi_version, tf_ring_version=VERSION,
-                    xla_ffi_headers=xla)
+                    xla_lowering=xla)
         info.update(gpu["info"] if gpu else {"build": "cpu"})
         with open(os.path.join(os.path.dirname(target), INFO_NAME), "w") as f:
             json.dump(info, f, indent=1)

@@ -10,6 +10,10 @@ import tf_ring as hvd
 
 hvd.init()
 
+
+def test_build_reports_xla_lowering():
+    assert hvd._xla_support is True
+
 DTYPES = [tf.float32, tf.float16, tf.bfloat16, tf.int32]
 
 
