@@ -27,7 +27,7 @@ def all_inputs(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
-@pytest.mark.parametrize("op", ["Sum", "Min", "Max", "Average"])
+@pytest.mark.parametrize("op", ["Sum", "Min", "Max", "Product", "Average"])
 def test_allreduce_matches_eager_and_numpy(dtype, op):
     if op == "Average" and dtype == tf.int32:
         pytest.skip("Average of int32 is not defined for the non-XLA op either")
@@ -39,7 +39,7 @@ def test_allreduce_matches_eager_and_numpy(dtype, op):
     eager = hvd.allreduce(x, op=reduce_op, name=name + ".eager")
     stack = np.stack(all_inputs(dtype))
     want = {"Sum": stack.sum(0), "Min": stack.min(0), "Max": stack.max(0),
-            "Average": stack.mean(0)}[op]
+            "Product": stack.prod(0), "Average": stack.mean(0)}[op]
     np.testing.assert_allclose(got.numpy().astype(np.float64), eager.numpy().astype(np.float64))
     np.testing.assert_allclose(got.numpy().astype(np.float64), want, rtol=1e-2)
 
