@@ -114,6 +114,19 @@ def _is_gpu_source(path):
             rel.startswith("cc/tensorflow/gpu_"))
 
 
+def _xla_ffi_available(tf_include):
+    """Whether this TensorFlow wheel ships XLA's typed-FFI headers (TF 2.21
+    does; older wheels may not). Without them the XLA lowering (cc/xla_ops/)
+    is left out and the build stays as before (issue 21)."""
+    return bool(tf_include) and os.path.exists(
+        os.path.join(tf_include, "xla", "ffi", "api", "ffi.h"))
+
+
+def _is_xla_source(path):
+    rel = os.path.relpath(path, HERE) if os.path.isabs(path) else path
+    return rel.replace(os.sep, "/").startswith("cc/xla_ops/")
+
+
 def _site_dirs():
     import site
     dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
@@ -307,6 +320,8 @@ class BuildTfRing(build_ext):
                                         environment["info"])
         gpu = _gpu_build_config(_tf_include(tf_compile))
         sources = [s for s in ext.sources if gpu or not _is_gpu_source(s)]
+        xla = _xla_ffi_available(_tf_include(tf_compile))
+        sources = [s for s in sources if xla or not _is_xla_source(s)]
         cxx = os.environ.get("CXX", "g++")
         build_dir = os.path.join(self.build_temp, "tf_ring")
         os.makedirs(build_dir, exist_ok=True)
@@ -319,7 +334,16 @@ class BuildTfRing(build_ext):
             obj = os.path.join(build_dir, os.path.relpath(src, HERE).replace(os.sep, "_") + ".o")
             # Only the TensorFlow adapter sees TensorFlow's headers; the engine's
             # reduction loops want -O3 to vectorize.
-            if "cc/tensorflow" in src:
+            if "cc/xla_ops" in src:
+                # The XLA lowering sees TensorFlow's (and XLA's FFI) headers.
+                # XLA's builder headers include highwayhash and farmhash, which
+                # the wheel ships under external/ rather than on TF's path.
+                ext_dir = os.path.join(_tf_include(tf_compile), "external")
+                extra = (["-O2", "-DTF_RING_WITH_XLA"] + tf_compile +
+                         ["-I" + os.path.join(ext_dir, "highwayhash"),
+                          "-I" + os.path.join(ext_dir, "farmhash_archive", "src"),
+                          "-Wno-deprecated-declarations"])
+            elif "cc/tensorflow" in src:
                 extra = ["-O2"] + tf_compile + ["-Wno-deprecated-declarations"]
                 extra += gpu["tf_compile"] if gpu else []
             elif "cc/python" in src:
@@ -341,9 +365,13 @@ class BuildTfRing(build_ext):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         link = [cxx, "-shared", "-o", target] + objects + tf_link + mpi_link + ["-pthread"]
         link += gpu["link"] if gpu else []
+        # XLA's FFI registry lives in libtensorflow_cc.so.2 (TF's lib dir is
+        # already on the -L path and rpath through tf_link).
+        link += ["-l:libtensorflow_cc.so.2"] if xla else []
         subprocess.check_call(link)
 
-        info = dict(tf_info, mpi_version=mpi_version, tf_ring_version=VERSION)
+        info = dict(tf_info, mpi_version=mpi_version, tf_ring_version=VERSION,
+                    xla_lowering=xla)
         info.update(gpu["info"] if gpu else {"build": "cpu"})
         with open(os.path.join(os.path.dirname(target), INFO_NAME), "w") as f:
             json.dump(info, f, indent=1)
@@ -351,7 +379,8 @@ class BuildTfRing(build_ext):
 
 SOURCES = sorted(glob.glob(os.path.join("cc", "common", "**", "*.cc"), recursive=True) +
                  glob.glob(os.path.join("cc", "python", "*.cc")) +
-                 glob.glob(os.path.join("cc", "tensorflow", "*.cc")))
+                 glob.glob(os.path.join("cc", "tensorflow", "*.cc")) +
+                 glob.glob(os.path.join("cc", "xla_ops", "*.cc")))
 
 setup(
     name="tf_ring",

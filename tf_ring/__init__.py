@@ -59,6 +59,9 @@ def __getattr__(name):
     if name == "__version__":
         from tf_ring._build_info import tf_ring_version
         return tf_ring_version()
+    if name == "_xla_support":  # whether collectives compile under jit_compile=True
+        from tf_ring._build_info import xla_support
+        return xla_support()
     if name == "_executing_eagerly":  # horovod.tensorflow has it; Horovod's tests call it
         import tensorflow
         return tensorflow.executing_eagerly

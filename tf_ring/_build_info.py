@@ -11,3 +11,13 @@ def tf_ring_version():
             return json.load(f).get("tf_ring_version", "unknown")
     except (OSError, ValueError):
         return "unknown"
+
+
+def xla_support():
+    """Whether this build holds the XLA lowering (cc/xla_ops/): its
+    collectives then compile inside tf.function(jit_compile=True)."""
+    try:
+        with open(PATH) as f:
+            return bool(json.load(f).get("xla_lowering", False))
+    except (OSError, ValueError):
+        return False

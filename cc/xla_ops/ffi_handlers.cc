@@ -1,0 +1,129 @@
+// XLA typed-FFI handlers for platform "Host": they run on XLA's thread when a
+// compiled program reaches a tf_ring custom call, submit the operands to the
+// same background engine the TensorFlow kernels use, and block until it is
+// done. One call carries a whole group, so a step's gradients are
+// negotiated and fused together (a blocking call per tensor would serialize).
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/engine.h"
+#include "xla/ffi/api/c_api.h"
+#include "xla/ffi/api/ffi.h"
+#include "xla_ops/backend_config.h"
+
+namespace xla {
+namespace ffi {
+// Exported by libtensorflow_cc.so.2; declared here so that we need not pull
+// in XLA's internal ffi_api.h.
+const XLA_FFI_Api* GetXlaFfiApi();
+}  // namespace ffi
+}  // namespace xla
+
+namespace tf_ring {
+namespace xla_ops {
+namespace {
+
+namespace ffi = ::xla::ffi;
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// Waits for n engine callbacks and keeps the first error.
+struct Completion {
+  std::mutex mu;
+  std::condition_variable cv;
+  int remaining;
+  Status status = Status::OK();
+  explicit Completion(int n) : remaining(n) {}
+  void Done(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s.ok() && status.ok()) status = s;
+    if (--remaining == 0) cv.notify_all();
+  }
+  Status Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return remaining == 0; });
+    return status;
+  }
+};
+
+// config keys: op (engine OpType), name, dtypes (engine dtypes, comma
+// separated, one per operand), reduce_op, prescale, postscale, root,
+// process_set.
+ffi::Error Collective(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view text) {
+  BackendConfig config;
+  std::string error;
+  if (!DecodeBackendConfig(std::string(text), &config, &error))
+    return ffi::Error::InvalidArgument(error);
+  const int n = static_cast<int>(args.size());
+  if (n == 0) return ffi::Error::Success();
+  const OpType op = static_cast<OpType>(std::atoi(config["op"].c_str()));
+  const std::vector<std::string> dtypes = Split(config["dtypes"]);
+  if (static_cast<int>(dtypes.size()) != n || static_cast<int>(rets.size()) != n)
+    return ffi::Error::InvalidArgument("tf_ring: custom call for '" + config["name"] +
+                                       "' has mismatched operand/result/dtype counts");
+  Completion completion(n);
+  std::vector<TensorEntry> entries;
+  std::vector<Request> requests;
+  for (int i = 0; i < n; ++i) {
+    auto in = args.get<ffi::AnyBuffer>(i);
+    auto out = rets.get<ffi::AnyBuffer>(i);
+    if (in.has_error()) return in.error();
+    if (out.has_error()) return out.error();
+    const std::string name = n == 1 && config["grouped"] != "1"
+                                 ? config["name"]
+                                 : config["name"] + "." + std::to_string(i);
+    TensorEntry e;
+    e.name = name;
+    e.op = op;
+    e.dtype = static_cast<DataType>(std::atoi(dtypes[i].c_str()));
+    for (int64_t d : in->dimensions()) e.shape.push_back(d);
+    e.input = in->untyped_data();
+    e.output = (*out)->untyped_data();
+    e.done = [&completion](const Status& s) { completion.Done(s); };
+    Request r;
+    r.op = op;
+    r.name = name;
+    r.dtype = e.dtype;
+    r.shape = e.shape;
+    r.device = e.device;
+    r.reduce_op = static_cast<ReduceOp>(std::atoi(config["reduce_op"].c_str()));
+    r.prescale = std::strtof(config["prescale"].c_str(), nullptr);
+    r.postscale = std::strtof(config["postscale"].c_str(), nullptr);
+    if (config.count("root")) r.root_rank = std::atoi(config["root"].c_str());
+    entries.push_back(std::move(e));
+    requests.push_back(std::move(r));
+  }
+  Status s = Engine::Get().EnqueueGroup(std::move(entries), std::move(requests),
+                                        std::atoi(config["process_set"].c_str()));
+  if (!s.ok()) return ffi::Error::Internal(s.message());
+  s = completion.Wait();
+  if (!s.ok()) return ffi::Error::Internal(s.message());
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER(kTfRingCollective, Collective,
+                       ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<std::string_view>(
+                           "config"));
+
+// Static registration runs when the library loads, before the first compile.
+XLA_FFI_REGISTER_HANDLER(::xla::ffi::GetXlaFfiApi(), "tf_ring_collective", "Host",
+                         kTfRingCollective);
+
+}  // namespace xla_ops
+}  // namespace tf_ring

@@ -1,0 +1,108 @@
+// XLA kernels for tf_ring's TensorFlow ops: inside jit_compile=True each op
+// becomes one typed-FFI custom call ("tf_ring_collective", handled in
+// ffi_handlers.cc) whose backend_config names the tensor and carries the
+// op's attributes. Grouped ops stay one call so their members fuse.
+#include <string>
+#include <vector>
+
+#include "common/base/message.h"
+#include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
+#include "tensorflow/compiler/tf2xla/xla_op_registry.h"
+#include "tensorflow/tensor_adapter.h"
+#include "xla/hlo/builder/xla_builder.h"
+#include "xla/shape_util.h"
+#include "xla_ops/backend_config.h"
+
+namespace tf_ring {
+namespace xla_ops {
+namespace {
+
+namespace tf = ::tensorflow;
+
+class CollectiveXlaKernel : public tf::XlaOpKernel {
+ public:
+  CollectiveXlaKernel(tf::OpKernelConstruction* c, OpType op, bool grouped)
+      : XlaOpKernel(c), op_(op), grouped_(grouped) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    if (name_.empty()) name_ = name();  // as the TF kernel does
+    int process_set = 0;
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set));
+    config_["process_set"] = std::to_string(process_set);
+    config_["op"] = std::to_string(static_cast<int>(op));
+    config_["name"] = name_;
+    config_["grouped"] = grouped ? "1" : "0";
+    if (op == OpType::kAllreduce) {
+      int reduce_op = 0;
+      float prescale = 1.0f, postscale = 1.0f;
+      OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
+      OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale));
+      OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale));
+      config_["reduce_op"] = std::to_string(reduce_op);
+      // %.9g keeps every float32 bit through the text round trip.
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.9g", prescale);
+      config_["prescale"] = buf;
+      std::snprintf(buf, sizeof(buf), "%.9g", postscale);
+      config_["postscale"] = buf;
+    } else {
+      config_["reduce_op"] = "0";
+      config_["prescale"] = "1";
+      config_["postscale"] = "1";
+    }
+    if (op == OpType::kBroadcast) {
+      int root = 0;
+      OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root));
+      config_["root"] = std::to_string(root);
+    }
+  }
+
+  void Compile(tf::XlaOpKernelContext* ctx) override {
+    const int n = ctx->num_inputs();
+    if (n == 0) return;
+    std::vector<xla::XlaOp> operands;
+    std::vector<xla::Shape> shapes;
+    std::string dtypes;
+    for (int i = 0; i < n; ++i) {
+      DataType dtype;
+      OP_REQUIRES(ctx, ToEngineDtype(ctx->input_type(i), &dtype),
+                  absl::InvalidArgumentError("tf_ring: tensor '" + name_ +
+                                             "' has a dtype the engine does not reduce"));
+      if (!dtypes.empty()) dtypes += ",";
+      dtypes += std::to_string(static_cast<int>(dtype));
+      operands.push_back(ctx->Input(i));
+      auto shape = ctx->InputXlaShape(i);
+      OP_REQUIRES_OK(ctx, shape.status());
+      shapes.push_back(*shape);
+    }
+    BackendConfig config = config_;
+    config["dtypes"] = dtypes;
+    // The typed FFI reads backend_config as an MLIR dictionary; our whole
+    // config is one string attribute in it.
+    const std::string opaque = "{config = \"" + EncodeBackendConfig(config) + "\"}";
+    xla::XlaOp call = xla::CustomCall(
+        ctx->builder(), "tf_ring_collective", operands, xla::ShapeUtil::MakeTupleShape(shapes),
+        opaque, /*has_side_effect=*/true, /*output_operand_aliasing=*/{}, /*literal=*/nullptr,
+        xla::CustomCallSchedule::SCHEDULE_NONE, xla::CustomCallApiVersion::API_VERSION_TYPED_FFI);
+    for (int i = 0; i < n; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
+  }
+
+ private:
+  OpType op_;
+  bool grouped_;
+  std::string name_;
+  BackendConfig config_;
+};
+
+template <OpType kOp, bool kGrouped>
+class Kernel : public CollectiveXlaKernel {
+ public:
+  explicit Kernel(tf::OpKernelConstruction* c) : CollectiveXlaKernel(c, kOp, kGrouped) {}
+};
+
+REGISTER_XLA_OP(Name("TfRingAllreduce"), (Kernel<OpType::kAllreduce, false>));
+REGISTER_XLA_OP(Name("TfRingGroupedAllreduce"), (Kernel<OpType::kAllreduce, true>));
+REGISTER_XLA_OP(Name("TfRingBroadcast"), (Kernel<OpType::kBroadcast, false>));
+
+}  // namespace
+}  // namespace xla_ops
+}  // namespace tf_ring
