@@ -74,3 +74,36 @@ def test_blacklist_cooldown_expires_and_doubles_on_repeat():
 def test_blacklist_bad_range():
     with pytest.raises(ValueError, match="MIN <= MAX"):
         Blacklist((5, 1))
+
+
+# --- the driver's plan for the next world ----------------------------------------
+
+from tf_ring.run.elastic_plan import (BelowMinimum, added_slots, hosts_argument,  # noqa: E402
+                                      plan_world)
+
+
+def test_plan_caps_at_max_np_and_puts_survivors_first():
+    bl = Blacklist()
+    chosen, np = plan_world([("new", 2), ("old", 2)], bl, min_np=2, max_np=3, survivors=["old"])
+    assert np == 3 and chosen == [("old", 2), ("new", 1)]
+    assert hosts_argument(chosen) == "old:2,new:1"
+    chosen, np = plan_world([("a", 1), ("b", 4)], bl, min_np=1, max_np=None)
+    assert np == 5 and chosen == [("a", 1), ("b", 4)]
+
+
+def test_plan_drops_blacklisted_and_names_the_minimum():
+    bl = Blacklist()
+    bl.add("b")
+    assert plan_world([("a", 2), ("b", 2)], bl, 2, 4) == ([("a", 2)], 2)
+    with pytest.raises(BelowMinimum) as e:
+        plan_world([("a", 2), ("b", 2)], bl, 3, 4)
+    assert "at least 3" in str(e.value) and "2 usable slots" in str(e.value)
+
+
+def test_added_slots_sees_new_hosts_and_slots_but_not_blacklisted():
+    bl = Blacklist()
+    bl.add("bad")
+    assert not added_slots([("a", 2)], [("a", 2)], bl)
+    assert added_slots([("a", 2)], [("a", 3)], bl)
+    assert added_slots([("a", 2)], [("a", 2), ("b", 1)], bl)
+    assert not added_slots([("a", 2)], [("a", 2), ("bad", 4)], bl)
