@@ -17,8 +17,8 @@ import sys
 import threading
 import time
 
-from tf_ring.run import (check_build, cluster_hosts, elastic_driver, engine_flags, job_watch,
-                         layout, orphan_daemons)
+from tf_ring.run import (check_build, cluster_hosts, elastic_driver, elastic_plan, engine_flags,
+                         job_watch, layout, orphan_daemons)
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -274,6 +274,10 @@ def _run_world(world, env, token, cleanup):
                                drop_tf_gpu_probe=_drops_tf_gpu_probe(world))
     rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup)
     killed = [r for r, (kind, code) in watch.ended.items() if kind == "exit" and code >= 128]
+    asked = [r for r, (kind, code) in watch.ended.items()
+             if kind == "exit" and code == elastic_plan.EXIT_HOSTS_UPDATED]
+    if len(asked) == world.np:
+        rc = elastic_plan.EXIT_HOSTS_UPDATED  # every rank asked to relaunch at the new size
     return rc, {watch.host_of(r) for r in watch.lost_ranks() + killed}
 
 
