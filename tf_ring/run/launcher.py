@@ -276,8 +276,12 @@ def _run_world(world, env, token, cleanup):
     killed = [r for r, (kind, code) in watch.ended.items() if kind == "exit" and code >= 128]
     asked = [r for r, (kind, code) in watch.ended.items()
              if kind == "exit" and code == elastic_plan.EXIT_HOSTS_UPDATED]
-    if len(asked) == world.np:
-        rc = elastic_plan.EXIT_HOSTS_UPDATED  # every rank asked to relaunch at the new size
+    others = [r for r, (kind, code) in watch.ended.items()
+              if kind == "exit" and code not in (0, elastic_plan.EXIT_HOSTS_UPDATED)]
+    if asked and not others and not killed:
+        # Ranks asked to relaunch at the new size; mpirun tears down the rest
+        # as soon as the first leaves, so those may not report an end.
+        return elastic_plan.EXIT_HOSTS_UPDATED, set()
     return rc, {watch.host_of(r) for r in watch.lost_ranks() + killed}
 
 
