@@ -31,6 +31,14 @@ def write_notice(path, secret, timestamp, result):
         os.close(fd)
 
 
+def clear_notices(path):
+    """Drops the notices acted on (the driver calls it before each launch)."""
+    try:
+        os.remove(os.path.join(path, NOTICE_FILE))
+    except FileNotFoundError:
+        pass
+
+
 class FileNoticeSource:
     """A host-update source (see hosts.set_host_update_source) that returns
     the notices appended since its last call."""

@@ -100,6 +100,9 @@ class Driver:
             world.np, world.host_list, world.hosts = np, chosen, hosts_argument(chosen)
             print("tfringrun: elastic world %d: %d ranks on %s"
                   % (self.restarts, np, world.hosts), file=self.out)
+            # A new world's rank 0 reads the notice file from its start: the
+            # notice that ended the last world must not end this one too.
+            notices.clear_notices(path)
             stop = threading.Event()
             poller = threading.Thread(target=self._watch_for_gain, daemon=True,
                                       args=(chosen, path, secret, stop))
