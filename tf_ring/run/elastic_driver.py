@@ -6,6 +6,7 @@ for it (EXIT_HOSTS_UPDATED) or when ranks were lost (their hosts are then
 blacklisted). Non-elastic runs never enter this module."""
 import copy
 import os
+import shutil
 import sys
 import threading
 import time
@@ -88,6 +89,12 @@ class Driver:
         path, secret = notices.make_job_dir(base, job)
         env = dict(self.env, TF_RING_ELASTIC_DIR=path, TF_RING_ELASTIC_SECRET=secret,
                    TF_RING_ELASTIC_STATE_DIR=path)
+        try:
+            return self._loop(env, path, secret)
+        finally:
+            shutil.rmtree(path, ignore_errors=True)  # the mirror and notices die with the job
+
+    def _loop(self, env, path, secret):
         survivors = []
         while True:
             try:
