@@ -9,6 +9,7 @@ import functools
 import os
 
 from tf_ring import basics
+from tf_ring.elastic import restart
 from tf_ring.elastic.errors import HorovodInternalError, HostsUpdatedInterrupt, ResetLimitError
 
 RESET_LIMIT_ENV = "TF_RING_ELASTIC_RESET_LIMIT"
@@ -104,6 +105,8 @@ def run(func):
                 skip_sync = False
                 cause = error
             except HostsUpdatedInterrupt as interrupt:
+                if restart.under_driver():
+                    restart.exit_for_relaunch()  # the driver relaunches at the new size
                 skip_sync = interrupt.skip_sync
                 cause = interrupt
             _count_reset(cause)

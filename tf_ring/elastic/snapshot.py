@@ -62,6 +62,14 @@ class _EagerCopies:
         if self.variables:
             self._sync()
 
+    def arrays(self):
+        return [array.copy() for array in self._arrays]  # the next save reuses _arrays
+
+    def load(self, arrays):
+        for array, value in zip(self._arrays, arrays):
+            np.copyto(array, value)
+        self.restore()
+
 
 class _GraphCopies:
     """The same for a v1 graph: NumPy copies through `session`."""
@@ -98,6 +106,13 @@ class _GraphCopies:
         if self.variables and self._values is not None:
             self._session_fn().run(self._restore_op,
                                    feed_dict=dict(zip(self._placeholders, self._values)))
+
+    def arrays(self):
+        return list(self._values or [])  # session.run returns fresh arrays at each save
+
+    def load(self, arrays):
+        self._values = list(arrays)
+        self.restore()
 
     def sync(self):
         if self.variables:
@@ -152,3 +167,17 @@ class VariableSnapshot:
 
     def sync(self):
         self._current().sync()
+
+    def saved_arrays(self):
+        """The last save as NumPy arrays of its own (for the restart mirror)."""
+        return self._saved.arrays() if self._saved is not None else []
+
+    def load_arrays(self, arrays):
+        """Makes `arrays` the saved values and the variables' values."""
+        copies = self._current()
+        if len(arrays) != len(copies.variables):
+            raise ValueError("elastic restart: the mirrored commit has %d variables, this state "
+                             "%d; the training script must build the same state after a restart"
+                             % (len(arrays), len(copies.variables)))
+        copies.load(arrays)
+        self._saved = copies

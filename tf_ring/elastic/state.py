@@ -9,6 +9,7 @@ import queue
 import tensorflow as tf
 
 from tf_ring.basics import rank
+from tf_ring.elastic import restart
 from tf_ring.elastic.errors import HostUpdateResult, HostsUpdatedInterrupt
 from tf_ring.elastic.hosts import poll_host_updates
 from tf_ring.objects import _run_eagerly, broadcast_object
@@ -120,11 +121,22 @@ class ObjectState(State):
 
     def save(self):
         self._saved_state = {name: _copied(getattr(self, name)) for name in self._saved_state}
+        restart.mirror_commit(self._mirror_snapshot)
+
+    def _mirror_snapshot(self):
+        return {"attributes": self._saved_state}  # a fresh dict at each save
+
+    def _load_mirror(self, snapshot):
+        self._saved_state = snapshot["attributes"]
+        self._set_attrs()
 
     def restore(self):
         self._set_attrs()
 
     def sync(self):
+        mirrored = restart.take_mirror_once()
+        if mirrored is not None:
+            self._load_mirror(mirrored)
         if self._saved_state:
             current = {name: getattr(self, name) for name in self._saved_state}
             self._saved_state = {name: _copied(value)

@@ -2,6 +2,7 @@
 model and its optimizer), with plain attributes as ObjectState has them."""
 import tensorflow as tf
 
+from tf_ring.elastic import restart
 from tf_ring.elastic.snapshot import VariableSnapshot
 from tf_ring.elastic.state import ObjectState
 
@@ -19,6 +20,13 @@ class _VariablesState(ObjectState):
         self._snapshot.save()
         super().save()
 
+    def _mirror_snapshot(self):
+        return dict(super()._mirror_snapshot(), variables=self._snapshot.saved_arrays())
+
+    def _load_mirror(self, snapshot):
+        self._snapshot.load_arrays(snapshot["variables"])
+        super()._load_mirror(snapshot)
+
     def restore(self):
         self._snapshot.restore()
         super().restore()
@@ -27,6 +35,9 @@ class _VariablesState(ObjectState):
         """Every rank takes rank 0's variables and attributes; they become
         the committed state."""
         self._prepare_sync()
+        mirrored = restart.take_mirror_once()  # a relaunched job resumes from it
+        if mirrored is not None:
+            self._load_mirror(mirrored)
         self._snapshot.sync()
         self._snapshot.save()
         super().sync()

@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 
-from tf_ring.run import check_build, cluster_hosts, engine_flags, job_watch, layout, orphan_daemons
+from tf_ring.run import (check_build, cluster_hosts, elastic_driver, elastic_plan, engine_flags,
+                         job_watch, layout, orphan_daemons)
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -95,6 +96,7 @@ def _make_parser():
                                    "rank its own NCCL_HOSTID, derived from its rank, and sets "
                                    "NCCL_SOCKET_IFNAME=lo, so NCCL accepts the duplicate GPU and "
                                    "joins the ranks over sockets (default: off)")
+    elastic_driver.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the program and its arguments, e.g. python train.py")
     return parser
@@ -131,6 +133,8 @@ def parse_args(argv, environ=None):
         parser.error("--start-timeout must be positive")
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
         parser.error("--ssh-port %d is not a port number (1-65535)" % args.ssh_port)
+    if elastic_driver.is_elastic(args):
+        elastic_driver.check_arguments(args, parser.error)
     if args.rsh_agent and os.path.isfile(args.rsh_agent):
         args.rsh_agent = os.path.abspath(args.rsh_agent)  # mpirun may run it from elsewhere
     return args
@@ -242,6 +246,9 @@ def main(argv=None):
         _print_plan(args, cmd)
     cleanup = functools.partial(orphan_daemons.stop_orphaned_daemons,
                                 rsh_agent=args.rsh_agent, ssh_port=args.ssh_port)
+    if elastic_driver.is_elastic(args):
+        return elastic_driver.Driver(args, env, functools.partial(
+            _run_world, token=token, cleanup=cleanup)).run()
     for attempt in (1, 2):
         watch = None
         if _watches_status(args):
@@ -255,6 +262,27 @@ def main(argv=None):
                   file=sys.stderr)
             continue
         return rc
+
+
+def _run_world(world, env, token, cleanup):
+    """One elastic world: (rc, hosts whose ranks died outright). A rank that
+    never reported an end, or was killed by a signal other than the job's
+    own teardown, counts as lost; an ordinary non-zero exit does not."""
+    cmd = build_command(world, environ=env, token=token)
+    planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
+    watch = job_watch.JobWatch(token, world.np, {rank: host for rank, host, _ in planned},
+                               drop_tf_gpu_probe=_drops_tf_gpu_probe(world))
+    rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup)
+    killed = [r for r, (kind, code) in watch.ended.items() if kind == "exit" and code >= 128]
+    asked = [r for r, (kind, code) in watch.ended.items()
+             if kind == "exit" and code == elastic_plan.EXIT_HOSTS_UPDATED]
+    others = [r for r, (kind, code) in watch.ended.items()
+              if kind == "exit" and code not in (0, elastic_plan.EXIT_HOSTS_UPDATED)]
+    if asked and not others and not killed:
+        # Ranks asked to relaunch at the new size; mpirun tears down the rest
+        # as soon as the first leaves, so those may not report an end.
+        return elastic_plan.EXIT_HOSTS_UPDATED, set()
+    return rc, {watch.host_of(r) for r in watch.lost_ranks() + killed}
 
 
 # Open MPI's launcher sometimes cannot start its PMIx server at all (seen

@@ -1,0 +1,42 @@
+"""A training loop for the elastic launcher tests: 30 committed steps of
+an ObjectState counter, one allreduce each. Prints START (where this world
+began) and END lines; the final total is sum(range(30)) however often the
+job was relaunched, if every relaunch resumed from the last commit."""
+import os
+import sys
+import time
+
+import tensorflow as tf
+
+import tf_ring as hvd
+from tf_ring import elastic
+
+STEPS = 30
+hvd.init()
+state = elastic.ObjectState(step=0, total=0)
+kill_at = int(os.environ.get("COUNTER_KILL_RANK_AT", "-1"))
+marker = os.environ.get("COUNTER_MARKER")
+
+
+@elastic.run
+def train(state):
+    print("START rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step, time.time()),
+          flush=True)
+    while state.step < STEPS:
+        size = int(hvd.allreduce(tf.constant(1.0), op=hvd.Sum, name="count").numpy())
+        assert size == hvd.size()
+        state.total += state.step
+        state.step += 1
+        print("STEP rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), size, state.step, time.time()),
+              flush=True)
+        if (hvd.rank() == hvd.size() - 1 and state.step == kill_at and marker
+                and not os.path.exists(marker)):
+            open(marker, "w").close()
+            os.kill(os.getpid(), 9)  # a crashed host: no exit report
+        time.sleep(0.15)
+        state.commit()
+
+
+train(state)
+print("END rank=%d size=%d step=%d total=%d" % (hvd.rank(), hvd.size(), state.step, state.total),
+      flush=True)

@@ -1,0 +1,153 @@
+"""tfringrun's elastic mode (--min-np / --max-np / --host-discovery-script):
+a coordinated restart. The driver runs the job with the launcher's mpirun
+invocation, polls discovery about once a second, tells rank 0 about added
+slots through the job's notice file, and relaunches the job when ranks ask
+for it (EXIT_HOSTS_UPDATED) or when ranks were lost (their hosts are then
+blacklisted). Non-elastic runs never enter this module."""
+import copy
+import os
+import shutil
+import sys
+import threading
+import time
+
+from tf_ring.elastic import notices
+from tf_ring.elastic.errors import HostUpdateResult
+from tf_ring.run import discovery
+from tf_ring.run.elastic_plan import (EXIT_HOSTS_UPDATED, BelowMinimum, added_slots,
+                                      hosts_argument, plan_world)
+
+POLL_S = 1.0
+
+
+def add_arguments(parser):
+    group = parser.add_argument_group("elastic training (coordinated restart; docs/elastic.md)")
+    group.add_argument("--min-np", type=int, default=None, metavar="N",
+                       help="run elastically: keep going while at least N ranks can run")
+    group.add_argument("--max-np", type=int, default=None, metavar="N",
+                       help="never run more than N ranks (default: all discovered slots)")
+    group.add_argument("--host-discovery-script", default=None, metavar="SCRIPT",
+                       help="prints the usable hosts, one `host` or `host:slots` a line")
+    group.add_argument("--slots-per-host", type=int, default=1, metavar="K",
+                       help="slots of a host the discovery script lists without a count")
+    group.add_argument("--elastic-timeout", type=float, default=600.0, metavar="S",
+                       help="how long to wait for --min-np slots before failing")
+    group.add_argument("--reset-limit", type=int, default=None, metavar="R",
+                       help="fail after R restarts")
+    group.add_argument("--blacklist-cooldown-range", type=float, nargs=2, default=None,
+                       metavar=("MIN", "MAX"), help="seconds a failed host stays out")
+
+
+def is_elastic(args):
+    return getattr(args, "min_np", None) is not None or getattr(args, "host_discovery_script", None)
+
+
+def check_arguments(args, error):
+    """`error(text)` is the parser's; called only for elastic runs."""
+    if args.min_np is None:
+        args.min_np = args.np
+    if args.min_np < 1:
+        error("--min-np must be at least 1")
+    if args.max_np is not None and args.max_np < args.min_np:
+        error("--max-np %d is below --min-np %d" % (args.max_np, args.min_np))
+    if not args.host_discovery_script and not args.host_list:
+        error("elastic runs need --host-discovery-script or a fixed -H/--hostfile list")
+    if args.slots_per_host < 1:
+        error("--slots-per-host must be at least 1")
+
+
+class Driver:
+    def __init__(self, args, env, launch, out=None, clock=time.monotonic, sleep=time.sleep):
+        """`launch(world_args, env, on_started)` runs one world and returns
+        (rc, lost_hosts): lost_hosts are hosts whose ranks died outright."""
+        self.args, self.env, self.launch = args, env, launch
+        self.out = out or sys.stderr  # looked up now, so a test's capture sees it
+        self.clock, self.sleep = clock, sleep
+        self.blacklist = discovery.Blacklist(args.blacklist_cooldown_range)
+        self.restarts = 0
+
+    def discover(self):
+        if self.args.host_discovery_script:
+            return discovery.run_discovery(self.args.host_discovery_script, self.args.slots_per_host)
+        return list(self.args.host_list)  # fixed list: hosts can only leave
+
+    def next_world(self, survivors):
+        deadline = self.clock() + self.args.elastic_timeout
+        while True:
+            try:
+                return plan_world(self.discover(), self.blacklist, self.args.min_np,
+                                  self.args.max_np, survivors)
+            except BelowMinimum as e:
+                if self.clock() >= deadline:
+                    raise BelowMinimum("tfringrun: elastic job stopped: %s, waited %g s "
+                                       "(--elastic-timeout)" % (e, self.args.elastic_timeout))
+            self.sleep(POLL_S)
+
+    def run(self):
+        job = os.urandom(6).hex()
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+        path, secret = notices.make_job_dir(base, job)
+        env = dict(self.env, TF_RING_ELASTIC_DIR=path, TF_RING_ELASTIC_SECRET=secret,
+                   TF_RING_ELASTIC_STATE_DIR=path)
+        try:
+            return self._loop(env, path, secret)
+        finally:
+            shutil.rmtree(path, ignore_errors=True)  # the mirror and notices die with the job
+
+    def _loop(self, env, path, secret):
+        survivors = []
+        while True:
+            try:
+                chosen, np = self.next_world(survivors)
+            except (BelowMinimum, discovery.DiscoveryError) as e:
+                print(str(e) if str(e).startswith("tfringrun") else "tfringrun: %s" % e,
+                      file=self.out)
+                return 1
+            world = copy.copy(self.args)
+            world.np, world.host_list, world.hosts = np, chosen, hosts_argument(chosen)
+            print("tfringrun: elastic world %d: %d ranks on %s"
+                  % (self.restarts, np, world.hosts), file=self.out)
+            # A new world's rank 0 reads the notice file from its start: the
+            # notice that ended the last world must not end this one too.
+            notices.clear_notices(path)
+            stop = threading.Event()
+            poller = threading.Thread(target=self._watch_for_gain, daemon=True,
+                                      args=(chosen, path, secret, stop))
+            poller.start()
+            try:
+                rc, lost = self.launch(world, env)
+            finally:
+                stop.set()
+                poller.join()
+            if rc == 0 and not lost:
+                return 0
+            if rc == EXIT_HOSTS_UPDATED and not lost:
+                reason = "hosts were added"
+            elif lost:
+                for host in lost:
+                    self.blacklist.add(host)
+                reason = "ranks were lost on %s (blacklisted)" % ", ".join(sorted(lost))
+            else:
+                return rc  # an ordinary failure: not a host loss, no restart
+            self.restarts += 1
+            if self.args.reset_limit is not None and self.restarts > self.args.reset_limit:
+                print("tfringrun: elastic job stopped: %s, but --reset-limit %d restarts are "
+                      "used up" % (reason, self.args.reset_limit), file=self.out)
+                return rc or 1
+            print("tfringrun: %s; restarting (restart %d)" % (reason, self.restarts),
+                  file=self.out)
+            survivors = [h for h, _ in chosen if h not in lost]
+
+    def _watch_for_gain(self, chosen, path, secret, stop):
+        """Polls discovery while a world runs; one notice per new offer."""
+        told = False
+        while not stop.wait(POLL_S):
+            try:
+                found = self.discover()
+            except discovery.DiscoveryError as e:
+                print("tfringrun: %s (ignored while the job runs)" % e, file=self.out)
+                continue
+            world_full = self.args.max_np is not None and sum(s for _, s in chosen) >= self.args.max_np
+            if not told and not world_full and added_slots(chosen, found, self.blacklist):
+                notices.write_notice(path, secret, time.time(), HostUpdateResult.added)
+                told = True
