@@ -26,11 +26,13 @@ def all_inputs(dtype):
     return [rank_input(dtype, r).numpy().astype(np.float64) for r in range(hvd.size())]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
-@pytest.mark.parametrize("op", ["Sum", "Min", "Max", "Product", "Average"])
+# Average of int32 is not a case: the non-XLA op refuses it too.
+ALLREDUCE_CASES = [(d, op) for op in ["Sum", "Min", "Max", "Product", "Average"] for d in DTYPES
+                   if not (op == "Average" and d == tf.int32)]
+
+
+@pytest.mark.parametrize("dtype,op", ALLREDUCE_CASES, ids=lambda c: getattr(c, "name", c))
 def test_allreduce_matches_eager_and_numpy(dtype, op):
-    if op == "Average" and dtype == tf.int32:
-        pytest.skip("Average of int32 is not defined for the non-XLA op either")
     reduce_op = getattr(hvd, op)
     name = "xla.ar.%s.%s" % (op, dtype.name)
     compiled = tf.function(lambda x: hvd.allreduce(x, op=reduce_op, name=name), jit_compile=True)
