@@ -107,3 +107,34 @@ def test_added_slots_sees_new_hosts_and_slots_but_not_blacklisted():
     assert added_slots([("a", 2)], [("a", 3)], bl)
     assert added_slots([("a", 2)], [("a", 2), ("b", 1)], bl)
     assert not added_slots([("a", 2)], [("a", 2), ("bad", 4)], bl)
+
+
+# --- what one world's end means ------------------------------------------------
+
+from tf_ring.run.elastic_plan import EXIT_HOSTS_UPDATED, judge_world  # noqa: E402
+
+HOSTS = {0: "a", 1: "a", 2: "b"}
+
+
+def judge(rc, ends, silent=(), named=()):
+    """ends: [(rank, kind, code)] in the order the wrappers reported them."""
+    ended = {r: (kind, code) for r, kind, code in ends}
+    return judge_world(rc, ended, [r for r, _, _ in ends], list(silent), list(named), HOSTS.get)
+
+
+def test_a_rank_killed_first_is_a_lost_host_even_when_survivors_then_fail():
+    assert judge(1, [(2, "exit", 137), (0, "exit", 1), (1, "exit", 1)]) == (1, {"b"})
+    assert judge(0, [(0, "stopped", 143), (1, "stopped", 143)], silent=[2]) == (0, {"b"})
+
+
+def test_an_ordinary_error_first_is_no_host_loss_whatever_the_teardown_did_to_the_rest():
+    # Seen in CI: rank 1 raised, mpirun's teardown silenced rank 0's wrapper.
+    assert judge(1, [(1, "exit", 1)], silent=[0, 2]) == (1, set())
+    assert judge(1, [(1, "exit", 1), (0, "exit", 137), (2, "exit", 137)]) == (1, set())
+    # ...unless mpirun itself said it lost a host.
+    assert judge(1, [(1, "exit", 1)], silent=[2], named=["b"]) == (1, {"b"})
+
+
+def test_ranks_asking_for_a_relaunch_are_not_a_loss():
+    assert judge(0, [(0, "exit", EXIT_HOSTS_UPDATED)], silent=[1, 2]) == (EXIT_HOSTS_UPDATED, set())
+    assert judge(1, [(0, "exit", EXIT_HOSTS_UPDATED), (2, "exit", 137)]) == (1, {"b"})

@@ -46,3 +46,26 @@ def added_slots(previous, discovered, blacklist):
     does not have (the driver then notices rank 0)."""
     before = dict(previous)
     return any(s > before.get(h, 0) for h, s in blacklist.usable(discovered))
+
+
+def judge_world(rc, ended, end_order, silent, named_hosts, host_of):
+    """(rc, lost hosts) for one elastic world that has ended.
+
+    ended: {rank: (kind, code)} from the ranks' wrappers; end_order: those
+    ranks in the order they reported; silent: ranks that never reported an
+    end; named_hosts: hosts mpirun said it lost. A rank killed by a signal
+    (code >= 128) or silent counts as lost, unless the first rank to fail did
+    so with an ordinary error: then mpirun's teardown of that failure killed
+    or silenced the rest, and restarting would only repeat the error.
+    """
+    codes = [ended[r][1] for r in end_order if ended[r][0] == "exit" and ended[r][1] != 0]
+    asked = [c for c in codes if c == EXIT_HOSTS_UPDATED]
+    ordinary = [c for c in codes if c not in (EXIT_HOSTS_UPDATED,) and c < 128]
+    killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
+    if asked and not ordinary and not killed:
+        # Ranks asked to relaunch at the new size; mpirun tears down the rest
+        # as soon as the first leaves, so those may not report an end.
+        return EXIT_HOSTS_UPDATED, set()
+    if codes and codes[0] < 128 and codes[0] != EXIT_HOSTS_UPDATED and not named_hosts:
+        return rc or codes[0], set()
+    return rc, set(named_hosts) | {host_of(r) for r in list(silent) + killed}

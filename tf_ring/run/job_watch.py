@@ -62,6 +62,7 @@ class JobWatch(object):
         self.planned = dict(planned or {})
         self.started = {}  # rank -> host it reported
         self.ended = {}  # rank -> ("exit" or "stopped", code)
+        self.end_order = []  # ranks in the order their ends were reported
         self._status = re.compile(rb"%s %s (start|exit|stopped) (\S+) ?(\S*)\r?\n"
                                   % (STATUS.encode(), token.encode()))
         self._tails = {}  # out stream -> the last of what passed through it
@@ -134,6 +135,7 @@ class JobWatch(object):
             self.started[int(rank)] = value
         else:
             self.ended[int(rank)] = (kind, int(value) if value.isdigit() else -1)
+            self.end_order.append(int(rank))
 
     # -- judging ---------------------------------------------------------------
     def all_started(self):

@@ -265,24 +265,15 @@ def main(argv=None):
 
 
 def _run_world(world, env, token, cleanup):
-    """One elastic world: (rc, hosts whose ranks died outright). A rank that
-    never reported an end, or was killed by a signal other than the job's
-    own teardown, counts as lost; an ordinary non-zero exit does not."""
+    """One elastic world: (rc, hosts whose ranks died outright); the rules
+    are elastic_plan.judge_world's."""
     cmd = build_command(world, environ=env, token=token)
     planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
     watch = job_watch.JobWatch(token, world.np, {rank: host for rank, host, _ in planned},
                                drop_tf_gpu_probe=_drops_tf_gpu_probe(world))
     rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup)
-    killed = [r for r, (kind, code) in watch.ended.items() if kind == "exit" and code >= 128]
-    asked = [r for r, (kind, code) in watch.ended.items()
-             if kind == "exit" and code == elastic_plan.EXIT_HOSTS_UPDATED]
-    others = [r for r, (kind, code) in watch.ended.items()
-              if kind == "exit" and code not in (0, elastic_plan.EXIT_HOSTS_UPDATED)]
-    if asked and not others and not killed:
-        # Ranks asked to relaunch at the new size; mpirun tears down the rest
-        # as soon as the first leaves, so those may not report an end.
-        return elastic_plan.EXIT_HOSTS_UPDATED, set()
-    return rc, {watch.host_of(r) for r in watch.lost_ranks() + killed}
+    return elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
+                                    watch.lost_ranks(), watch.mpirun_named_hosts(), watch.host_of)
 
 
 # Open MPI's launcher sometimes cannot start its PMIx server at all (seen
