@@ -1,0 +1,202 @@
+"""Scaling model: an alpha-beta (latency + bandwidth) cost model of the
+allreduce paths, fitted to measurements here and used to predict the
+scaling efficiency of data-parallel steps at cluster scale.
+
+    python benchmarks/scaling_model.py                     # the predictions (no MPI needed)
+    tfringrun -np 2 python benchmarks/scaling_model.py --measure
+    tfringrun -np 3 python benchmarks/scaling_model.py --measure --predict-from FIT
+
+--measure times tf_ring's eager allreduce (and mpi4py's on the same buffers)
+at several sizes, fits t = 2(p-1)*alpha + 2(p-1)/p * bytes / bandwidth (the
+ring's cost), and prints the fit as FIT ("alpha_us,GBps"). Passing that FIT
+to a run with another rank count prints the prediction next to the
+measurement. The model and its inputs are explained in docs/scaling-model.md.
+"""
+import argparse
+import math
+
+GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+
+# Model inputs. Step times are published single-GPU throughputs (cited in
+# docs/scaling-model.md); gradient sizes are counted from the Keras
+# application models (trainable weights), BERT-large from its architecture.
+MODELS = {
+    # name: (parameters, gradient tensors, samples per step per GPU, samples/s on one GPU)
+    "ResNet-101": (44_601_832, 418, 64, 133.0),   # P100; estimated, see the docs
+    "VGG-16": (138_357_544, 32, 64, 154.0),       # P100, tf_cnn_benchmarks, May 2017
+    "Inception V3": (23_817_352, 190, 64, 142.0),  # P100, same table
+    "BERT-large": (340_000_000, 391, 312, 485.59),  # A100 80GB, seq 128, mixed precision
+}
+
+CLUSTERS = {
+    # name: (hosts, GPUs per host, NIC Gbit/s, intra-host allreduce bus GB/s,
+    #        per-hop latency inter-host s, per-hop latency intra-host s, models)
+    "Horovod's 2017 setting: 128 x 4 P100, 25 Gbit/s RoCE": (
+        128, 4, 25, 10.0, 10e-6, 5e-6, ["Inception V3", "ResNet-101", "VGG-16"]),
+    "VGG-16 at 128 GPUs: 32 x 4 P100, 25 Gbit/s": (32, 4, 25, 10.0, 10e-6, 5e-6, ["VGG-16"]),
+    "BERT-large: 16 x 8 A100, 100 Gbit/s": (16, 8, 100, 200.0, 10e-6, 3e-6, ["BERT-large"]),
+}
+
+BACKWARD_SHARE = 2.0 / 3.0  # the backward pass is about twice the forward pass
+
+
+def ring_allreduce_s(nbytes, ranks, bandwidth, alpha):
+    """Ring allreduce: 2(p-1) steps, each moving nbytes/p over the slowest link."""
+    if ranks < 2:
+        return 0.0
+    return 2 * (ranks - 1) * (alpha + nbytes / ranks / bandwidth)
+
+
+def flat_allreduce_s(nbytes, hosts, per_host, nic_bw, alpha_nic):
+    """One ring over every GPU, host by host: each step waits for the
+    inter-host hop, whose NIC carries one flow per direction."""
+    return ring_allreduce_s(nbytes, hosts * per_host, nic_bw, alpha_nic)
+
+
+def hierarchical_allreduce_s(nbytes, hosts, per_host, nic_bw, intra_bus_gbs, alpha_nic,
+                             alpha_intra):
+    """Reduce-scatter inside the host, a ring across hosts for each GPU's
+    slice (the host's slices share one NIC), allgather inside the host."""
+    intra = 0.0
+    if per_host > 1:
+        # NCCL's bus bandwidth already includes the 2(g-1)/g factor.
+        intra = 2 * (per_host - 1) / per_host * nbytes / (intra_bus_gbs * 1e9) \
+            + 2 * (per_host - 1) * alpha_intra
+    inter = ring_allreduce_s(nbytes, hosts, nic_bw, alpha_nic)  # per_host slices of nbytes/per_host
+    return intra + inter
+
+
+def step_efficiency(compute_s, comm_s, overlap):
+    """Scaling efficiency of a step: compute / (compute + exposed comm).
+    With overlap the allreduce hides behind the backward pass."""
+    exposed = max(0.0, comm_s - BACKWARD_SHARE * compute_s) if overlap else comm_s
+    return compute_s / (compute_s + exposed)
+
+
+def predict(name, cluster, fusion_bytes=64 << 20, grad_bytes_per_param=4):
+    """Rows for one model on one cluster: each optimisation's efficiency."""
+    hosts, per_host, nic_gbit, intra_gbs, alpha_nic, alpha_intra, _ = cluster
+    params, tensors, batch, rate = MODELS[name]
+    compute = batch / rate
+    nic = nic_gbit * GBIT
+    rows = []
+
+    def comm(nbytes, calls, hierarchical):
+        each = nbytes / calls
+        if hierarchical:
+            one = hierarchical_allreduce_s(each, hosts, per_host, nic, intra_gbs, alpha_nic,
+                                           alpha_intra)
+        else:
+            one = flat_allreduce_s(each, hosts, per_host, nic, alpha_nic)
+        return calls * one
+
+    grads = params * grad_bytes_per_param
+    fused_calls = max(1, math.ceil(grads / fusion_bytes))
+    variants = [
+        ("per tensor, flat ring", grads, tensors, False, False),
+        ("fused, flat ring", grads, fused_calls, False, False),
+        ("fused, flat ring, overlap (Horovod 2017)", grads, fused_calls, False, True),
+        ("fused, hierarchical", grads, fused_calls, True, False),
+        ("fused, hierarchical, fp16", grads / 2, max(1, math.ceil(grads / 2 / fusion_bytes)), True,
+         False),
+        ("fused, hierarchical, overlap", grads, fused_calls, True, True),
+        ("fused, hierarchical, fp16, overlap", grads / 2,
+         max(1, math.ceil(grads / 2 / fusion_bytes)), True, True),
+    ]
+    for label, nbytes, calls, hier, overlap in variants:
+        t = comm(nbytes, calls, hier)
+        ranks = hosts if hier else hosts * per_host
+        latency = calls * 2 * (ranks - 1) * alpha_nic
+        rows.append((name, label, compute * 1e3, t * 1e3, latency / t if t else 0.0,
+                     step_efficiency(compute, t, overlap)))
+    return rows
+
+
+def print_predictions():
+    for title, cluster in CLUSTERS.items():
+        print("\n" + title)
+        print("| model | allreduce | step compute ms | allreduce ms | latency share | efficiency |")
+        print("|---|---|---|---|---|---|")
+        for model in cluster[-1]:
+            for name, label, comp, comm, lat, eff in predict(model, cluster):
+                print("| %s | %s | %.0f | %.0f | %.0f%% | %.0f%% |"
+                      % (name, label, comp, comm, 100 * lat, 100 * eff))
+
+
+def fit_ring(points, ranks):
+    """(alpha s, bandwidth B/s) of the ring cost t = 2(p-1)*alpha +
+    2(p-1)/p * bytes / B fitted to [(bytes, seconds)] by least squares on
+    the relative error, so the small sizes (latency) weigh as much as the
+    large ones (bandwidth)."""
+    rows = [(2 * (ranks - 1) / t, 2 * (ranks - 1) / ranks * b / t) for b, t in points]
+    # Normal equations of sum((x0*alpha + x1*beta - 1)^2), beta = 1/B.
+    s00 = sum(x0 * x0 for x0, _ in rows)
+    s01 = sum(x0 * x1 for x0, x1 in rows)
+    s11 = sum(x1 * x1 for _, x1 in rows)
+    r0 = sum(x0 for x0, _ in rows)
+    r1 = sum(x1 for _, x1 in rows)
+    det = s00 * s11 - s01 * s01
+    alpha = (r0 * s11 - r1 * s01) / det
+    beta = (s00 * r1 - s01 * r0) / det
+    return alpha, 1.0 / beta
+
+
+def measure(args):
+    import numpy as np
+    import tensorflow as tf
+    from mpi4py import MPI
+
+    import tf_ring as hvd
+    from bench_util import timed
+
+    hvd.init()
+    comm = MPI.COMM_WORLD
+    p = hvd.size()
+    sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20]
+    measured = {"tf_ring": [], "mpi4py": []}
+    for size in sizes:
+        data = np.random.default_rng(hvd.rank()).random(size // 4, dtype=np.float32)
+        out = np.empty_like(data)
+        tensor = tf.constant(data)
+        reps = args.repeats
+        t_ring, _ = timed(lambda: hvd.allreduce(tensor, op=hvd.Sum, name="model").numpy(), reps)
+        t_mpi, _ = timed(lambda: comm.Allreduce(data, out, op=MPI.SUM), reps)
+        measured["tf_ring"].append((size, t_ring))
+        measured["mpi4py"].append((size, t_mpi))
+    if hvd.rank() != 0:
+        return
+    given = None
+    if args.predict_from:
+        alpha_us, gbps = (float(v) for v in args.predict_from.split(","))
+        given = (alpha_us * 1e-6, gbps * 1e9)
+    print("\nRing model fit, %d ranks (median of %d; t = 2(p-1)*alpha + 2(p-1)/p*bytes/B)"
+          % (p, args.repeats))
+    for who, points in measured.items():
+        alpha, bw = fit_ring(points, p)
+        print("%s: alpha %.1f us per step, B %.2f GB/s  (FIT %.1f,%.3f)"
+              % (who, alpha * 1e6, bw / 1e9, alpha * 1e6, bw / 1e9))
+        print("| bytes | measured ms | this fit ms |%s" % (" predicted ms |" if given else ""))
+        for size, t in points:
+            row = "| %d | %.3f | %.3f |" % (size, t * 1e3, ring_allreduce_s(size, p, bw, alpha) * 1e3)
+            if given and who == "tf_ring":
+                row += " %.3f |" % (ring_allreduce_s(size, p, given[1], given[0]) * 1e3)
+            elif given:
+                row += " |"
+            print(row)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--measure", action="store_true")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--predict-from", default=None,
+                        help="alpha_us,GBps from another run's FIT (tf_ring's line)")
+    args = parser.parse_args()
+    if args.measure:
+        measure(args)
+    else:
+        print_predictions()
+
+
+if __name__ == "__main__":
+    main()

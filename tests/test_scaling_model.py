@@ -1,0 +1,55 @@
+"""benchmarks/scaling_model.py's cost model, checked against costs worked
+out by hand, and its fit against data made from known parameters."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+BENCH = os.path.join(REPO, "benchmarks")
+sys.path.insert(0, BENCH)
+
+import scaling_model as m  # noqa: E402  (imports no MPI or TensorFlow at module level)
+
+
+def test_ring_cost_by_hand():
+    # 4 ranks, 8 MB, 1 GB/s, 10 us: 6 steps of (10 us + 2 MB / 1 GB/s = 2 ms).
+    assert m.ring_allreduce_s(8e6, 4, 1e9, 10e-6) == pytest.approx(6 * (10e-6 + 2e-3))
+    assert m.ring_allreduce_s(8e6, 1, 1e9, 10e-6) == 0.0
+
+
+def test_hierarchical_keeps_the_nic_bytes_and_cuts_the_hops():
+    nbytes, nic = 256e6, 25 * m.GBIT
+    flat = m.flat_allreduce_s(nbytes, 128, 4, nic, 10e-6)
+    hier = m.hierarchical_allreduce_s(nbytes, 128, 4, nic, 1.0, 10e-6, 0.0)  # 1 GB/s inside
+    # The NIC moves about 2N either way; the inter-host latency term is 4x smaller.
+    nic_only = m.ring_allreduce_s(nbytes, 128, nic, 0.0)
+    assert flat - 2 * 511 * 10e-6 == pytest.approx(2 * 511 / 512 * nbytes / nic)
+    intra = 2 * 3 / 4 * nbytes / 1e9
+    assert hier == pytest.approx(intra + nic_only + 2 * 127 * 10e-6)
+
+
+def test_efficiency_bounds():
+    assert m.step_efficiency(1.0, 0.5, overlap=False) == pytest.approx(1 / 1.5)
+    assert m.step_efficiency(1.0, 0.5, overlap=True) == 1.0  # hidden behind a 0.67 s backward
+    assert m.step_efficiency(1.0, 1.0, overlap=True) == pytest.approx(1 / (1 + 1 / 3))
+
+
+def test_fit_recovers_known_parameters_and_ignores_scale():
+    for ranks in (2, 3, 8):
+        points = [(b, m.ring_allreduce_s(b, ranks, 3e9, 25e-6)) for b in (4096, 65536, 1 << 20, 16 << 20)]
+        alpha, bandwidth = m.fit_ring(points, ranks)
+        assert alpha == pytest.approx(25e-6) and bandwidth == pytest.approx(3e9)
+
+
+def test_predictions_print_every_model_and_fusion_beats_per_tensor():
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "scaling_model.py")],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    for model in m.MODELS:
+        assert "| %s | fused, hierarchical |" % model in out
+    rows = {r[1]: r for r in m.predict("ResNet-101", m.CLUSTERS[next(iter(m.CLUSTERS))])}
+    assert rows["fused, flat ring"][3] < rows["per tensor, flat ring"][3]
+    assert rows["fused, hierarchical, fp16"][3] == pytest.approx(rows["fused, hierarchical"][3] / 2,
+                                                                 rel=0.05)
