@@ -97,6 +97,7 @@ void OperationManager::Record(const Response& resp, const std::vector<TensorEntr
         args.bytes = e.NumBytes();
         args.tensors_in_batch = static_cast<int64_t>(entries.size());
         args.transport = transport;
+        args.process_set = process_set_id_;
         if (!status.ok()) args.error = status.message();
       }
       const auto phase_end = m + 1 < marks.size() ? marks[m + 1].at : end;
@@ -107,6 +108,7 @@ void OperationManager::Record(const Response& resp, const std::vector<TensorEntr
     for (const std::string& name : resp.names) {
       Timeline::Args args;
       args.error = status.message();
+      args.process_set = process_set_id_;
       timeline_->Phase(name, PhaseName(resp.op), start, end, std::move(args));
     }
   }

@@ -34,6 +34,8 @@ class OperationManager {
   static int64_t ScratchBound(int64_t fusion_threshold) { return 2 * fusion_threshold; }
   // The engine stops: device work in flight finishes or fails (see
   // DeviceTransport::Stop). `abort` when stopping for an error.
+  // A process set's manager tags its timeline events with the set's id.
+  void set_process_set(int32_t id) { process_set_id_ = id; }
   void Stop(bool abort, const std::string& reason) {
     if (device_) device_->Stop(abort, reason);
   }
@@ -50,6 +52,7 @@ class OperationManager {
   ShmSegment* shm_;
   const HostLayout* hosts_;
   Timeline* timeline_;
+  int32_t process_set_id_ = 0;
   ScratchBuffer scratch_;
   StandInStore stand_ins_;
   PhaseMarks marks_;

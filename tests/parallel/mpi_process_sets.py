@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import tf_ring as hvd
-from helpers import rank_input
+from helpers import check_on_root, rank_input
 
 SET_RANKS = {2: [[0], [1], [0, 1]], 3: [[0, 1], [1, 2], [0]]}
 
@@ -286,6 +286,42 @@ def test_each_set_caches_and_fuses_on_its_own(sets):
         assert delta["fused_batches"] >= 3, delta  # the grouped four, fused each step
         assert global_after["tensors"] == global_before["tensors"]  # none ran on the global set
         hvd.barrier(process_set=ps)
+
+
+def test_timeline_records_a_sets_collectives_with_its_id(sets):
+    """Rank 0 writes the timeline; a set holding rank 0 records its tensors
+    there (QUEUE and the collective), each event tagged with the set's id."""
+    import json
+    import os
+    import tempfile
+    folder = hvd.broadcast_object(tempfile.mkdtemp() if hvd.rank() == 0 else None, root_rank=0,
+                                  name="ps_timeline_dir")
+    path = os.path.join(folder, "sets.json")
+    with_zero = [ps for ps in sets if 0 in ps.ranks and len(ps.ranks) > 1][0]
+    hvd.start_timeline(path)
+    if hvd.rank() in with_zero.ranks:
+        got = hvd.allreduce(tf.ones([4]), op=hvd.Sum, process_set=with_zero, name="ps_tl.sum")
+        np.testing.assert_allclose(got.numpy(), np.full(4, len(with_zero.ranks)))
+    hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="ps_tl.global")
+    hvd.stop_timeline()
+
+    def check_file():
+        with open(path) as f:
+            events = json.load(f)
+        rows = {e["tid"]: e["args"]["name"] for e in events
+                if e.get("ph") == "M" and e["name"] == "thread_name"}
+        phases = {}
+        for e in events:
+            if e.get("ph") == "X":
+                phases.setdefault(rows[e["tid"]], []).append(e)
+        mine = phases["ps_tl.sum"]
+        assert {"QUEUE", "ALLREDUCE"} <= {e["name"] for e in mine}, mine
+        assert all(e["args"]["process_set"] == with_zero.process_set_id for e in mine), mine
+        coll = [e for e in mine if e["name"] == "ALLREDUCE"][0]
+        assert coll["args"]["bytes"] == 16 and coll["args"]["transport"] == "mpi", coll
+        assert all("process_set" not in e.get("args", {}) for e in phases["ps_tl.global"])
+
+    check_on_root(check_file, "ps_timeline_check")
 
 
 STALL = {2: ([0], [0, 1], 1), 3: ([0, 1], [1, 2], 2)}  # set A, set B, B's member that waits

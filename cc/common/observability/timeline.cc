@@ -189,6 +189,10 @@ void Timeline::AppendFormatted(const Event& e, std::string* out) const {
     key("transport");
     AppendJsonString(a.transport, out);
   }
+  if (a.process_set > 0) {
+    key("process_set");
+    AppendInt(a.process_set, out);
+  }
   if (!a.error.empty()) {
     key("error");
     AppendJsonString(a.error.c_str(), out);

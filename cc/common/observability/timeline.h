@@ -30,6 +30,7 @@ struct TimelineArgs {
   std::vector<int> arrived;         // negotiation: ranks in arrival order
   std::vector<int> waited_for;      // negotiation: ranks that came late
   std::string error;
+  int32_t process_set = 0;          // collective or queue: the set's id (0: global, not shown)
 };
 
 

@@ -27,22 +27,35 @@ std::string ProcessSet::Describe() const {
   return s + ")";
 }
 
-Status ProcessSet::Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds) {
+Status ProcessSet::Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds,
+                           Timeline* timeline) {
   Status s = mpi_.InitGroup(world, ranks_, id_);
   if (!s.ok()) return s;
   connected_ = true;
-  // Shared memory, hierarchical collectives, autotune, the timeline and
-  // stall shutdown belong to the global set; a set runs plain MPI.
+  // Shared memory, hierarchical collectives, autotune and stall shutdown
+  // belong to the global set; a set runs plain MPI. The timeline is shared:
+  // a set's rows carry its id.
   controller_ = std::make_unique<Controller>(&mpi_, cache_capacity, StallConfig{stall_check_seconds, 0});
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
-  operations_ = std::make_unique<OperationManager>(&mpi_, nullptr, nullptr, nullptr);
+  timeline_ = timeline;
+  operations_ = std::make_unique<OperationManager>(&mpi_, nullptr, nullptr, timeline);
+  operations_->set_process_set(id_);
   return Status::OK();
 }
 
 void ProcessSet::RunCycle(int64_t fusion_threshold) {
   ResponseList responses;
   CycleCounts counts;
-  Status st = controller_->RunCycle(queue_.TakeRequests(), false, &responses, &counts);
+  std::vector<Request> requests = queue_.TakeRequests();
+  if (timeline_ != nullptr && timeline_->active()) {
+    const auto now = Timeline::Clock::now();
+    for (const Request& r : requests) {
+      Timeline::Args args;
+      args.process_set = id_;
+      timeline_->Phase(r.name, "QUEUE", r.enqueued_at, now, std::move(args));
+    }
+  }
+  Status st = controller_->RunCycle(std::move(requests), false, &responses, &counts);
   stats_.cycles++;
   stats_.negotiations += counts.negotiations;
   stats_.cache_hits += counts.cache_hits;

@@ -30,7 +30,9 @@ class ProcessSet {
   // with the other members (every member calls it with the same id).
   // `stall_check_seconds`: the set's coordinator warns about tensors some
   // members lack (0: never); stalls never stop the engine from a set.
-  Status Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds);
+  // `timeline`: the engine's (it records only where it was started, rank 0).
+  Status Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds,
+                 Timeline* timeline);
 
   int32_t id() const { return id_; }
   const std::vector<int>& ranks() const { return ranks_; }
@@ -58,6 +60,7 @@ class ProcessSet {
   const int my_rank_;
   MpiContext mpi_;
   bool connected_ = false;
+  Timeline* timeline_ = nullptr;
   TensorQueue queue_;
   EngineStats stats_;
   std::unique_ptr<Controller> controller_;

@@ -59,6 +59,7 @@ std::vector<int32_t> ProcessSetTable::Ids() {
 }
 
 Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_rank, MPI_Comm world,
+                            Timeline* timeline,
                             size_t cache_capacity, double stall_check_seconds,
                             std::vector<int32_t>* ids) {
   // All or nothing: every rank reaches the same verdict before any set exists.
@@ -82,7 +83,7 @@ Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_ra
   for (const auto& ranks : sets) {
     auto set = std::make_shared<ProcessSet>(next_id_, ranks, my_rank);
     if (set->included()) {
-      Status s = set->Connect(world, cache_capacity, stall_check_seconds);
+      Status s = set->Connect(world, cache_capacity, stall_check_seconds, timeline);
       if (!s.ok()) return s;
     }
     sets_[next_id_] = set;
