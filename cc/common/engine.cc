@@ -118,6 +118,12 @@ Status Engine::Init(const void* mpi_comm) {
       &impl->mpi, impl->cache_capacity,
       StallConfig{impl->stall_check_seconds, settings.stall_shutdown_seconds});
   impl->fusion_threshold = settings.fusion_threshold;
+  impl->set_options.cache_capacity = impl->cache_capacity;
+  impl->set_options.stall_check_seconds = impl->stall_check_seconds;
+  if (settings.shm) {
+    impl->set_options.shm_area_bytes = static_cast<size_t>(
+        settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes : kDefaultShmChunkBytes);
+  }
   HostCounts host_counts;
   host_counts.shm_allowed = settings.shm;
   s = impl->hosts.Init(impl->mpi, &host_counts);

@@ -49,7 +49,8 @@ struct Engine::Impl {
   TensorQueue queue;
   ProcessSetTable sets;  // the others; this Impl is the global set
   size_t cache_capacity = 0;
-  double stall_check_seconds = 0;  // for the process sets' coordinators
+  double stall_check_seconds = 0;
+  ProcessSetOptions set_options;  // the engine's settings, for every process set
   std::unique_ptr<Controller> controller;
   std::unique_ptr<OperationManager> operations;
   std::chrono::microseconds batch_window{0};

@@ -65,8 +65,9 @@ Status Engine::ChangeProcessSets(const std::vector<int64_t>& ask, std::vector<in
     ProcessSetChange change;
     if (result.ok()) result = AgreedProcessSetChange(outcome->gathered, world_size, &change);
     if (result.ok() && change.kind == ProcessSetChange::kAdd) {
-      result = impl_->sets.Add(change.sets, my_rank, impl_->mpi.comm(), &timeline_,
-                               impl_->cache_capacity, impl_->stall_check_seconds, &new_ids);
+      ProcessSetOptions options = impl_->set_options;
+      options.timeline = &timeline_;
+      result = impl_->sets.Add(change.sets, my_rank, impl_->mpi.comm(), options, &new_ids);
     } else if (result.ok()) {
       result = impl_->sets.Remove(change.remove_id);
     }

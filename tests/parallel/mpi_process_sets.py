@@ -290,7 +290,8 @@ def test_each_set_caches_and_fuses_on_its_own(sets):
 
 def test_timeline_records_a_sets_collectives_with_its_id(sets):
     """Rank 0 writes the timeline; a set holding rank 0 records its tensors
-    there (QUEUE and the collective), each event tagged with the set's id."""
+    there (QUEUE and the collective), each event tagged with the set's id,
+    and the collective's transport shows the set's shared-memory path."""
     import json
     import os
     import tempfile
@@ -318,7 +319,10 @@ def test_timeline_records_a_sets_collectives_with_its_id(sets):
         assert {"QUEUE", "ALLREDUCE"} <= {e["name"] for e in mine}, mine
         assert all(e["args"]["process_set"] == with_zero.process_set_id for e in mine), mine
         coll = [e for e in mine if e["name"] == "ALLREDUCE"][0]
-        assert coll["args"]["bytes"] == 16 and coll["args"]["transport"] == "mpi", coll
+        # Every member runs on this one host: the set reduces through its own
+        # shared memory, as the global set does (TF_RING_SHM=0: plain MPI).
+        want = "mpi" if os.environ.get("TF_RING_SHM") == "0" else "shm"
+        assert coll["args"]["bytes"] == 16 and coll["args"]["transport"] == want, coll
         assert all("process_set" not in e.get("args", {}) for e in phases["ps_tl.global"])
 
     check_on_root(check_file, "ps_timeline_check")

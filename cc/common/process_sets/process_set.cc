@@ -27,20 +27,38 @@ std::string ProcessSet::Describe() const {
   return s + ")";
 }
 
-Status ProcessSet::Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds,
-                           Timeline* timeline) {
+Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
   Status s = mpi_.InitGroup(world, ranks_, id_);
   if (!s.ok()) return s;
   connected_ = true;
-  // Shared memory, hierarchical collectives, autotune and stall shutdown
-  // belong to the global set; a set runs plain MPI. The timeline is shared:
-  // a set's rows carry its id.
-  controller_ = std::make_unique<Controller>(&mpi_, cache_capacity, StallConfig{stall_check_seconds, 0});
+  // Hierarchical collectives, NCCL, autotune and stall shutdown belong to
+  // the global set. A set on one host reduces through its own shared
+  // memory, as the global set does; otherwise it runs plain MPI.
+  ShmSegment* shm = nullptr;
+  if (options.shm_area_bytes > 0 && mpi_.size() > 1 && AllOnOneHost()) {
+    s = shm_.Init(mpi_.comm(), options.shm_area_bytes);
+    if (!s.ok()) return s;
+    shm = &shm_;
+  }
+  controller_ = std::make_unique<Controller>(&mpi_, options.cache_capacity,
+                                             StallConfig{options.stall_check_seconds, 0});
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
-  timeline_ = timeline;
-  operations_ = std::make_unique<OperationManager>(&mpi_, nullptr, nullptr, timeline);
+  timeline_ = options.timeline;  // shared with the global set; events carry the set's id
+  operations_ = std::make_unique<OperationManager>(&mpi_, shm, nullptr, options.timeline);
   operations_->set_process_set(id_);
   return Status::OK();
+}
+
+bool ProcessSet::AllOnOneHost() {
+  // Collective over the set: every member gets the same answer.
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_Comm_split_type(mpi_.comm(), MPI_COMM_TYPE_SHARED, mpi_.rank(), MPI_INFO_NULL, &local);
+  int local_size = 0;
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  int smallest = local_size;
+  MPI_Allreduce(MPI_IN_PLACE, &smallest, 1, MPI_INT, MPI_MIN, mpi_.comm());
+  return smallest == mpi_.size();
 }
 
 void ProcessSet::RunCycle(int64_t fusion_threshold) {
@@ -72,6 +90,7 @@ void ProcessSet::RunCycle(int64_t fusion_threshold) {
 
 std::vector<TensorEntry> ProcessSet::Close() {
   if (operations_) operations_->Stop(false, "process set " + Describe() + " closed");
+  shm_.Release();  // collective over the members, like the communicator's release
   if (connected_) mpi_.Release();
   connected_ = false;
   std::vector<TensorEntry> pending = queue_.TakeAllEntries();

@@ -13,12 +13,26 @@
 
 #include "common/negotiation/controller.h"
 #include "common/transport/mpi_context.h"
+#include "common/transport/shm_segment.h"
 #include "common/operation_manager.h"
 #include "common/observability/stats.h"
 #include "common/base/status.h"
 #include "common/negotiation/tensor_queue.h"
 
 namespace tf_ring {
+
+// What every set of an engine is built with (the engine's own settings).
+struct ProcessSetOptions {
+  size_t cache_capacity = 0;
+  // The set's coordinator warns about tensors some members lack (0: never);
+  // stalls never stop the engine from a set.
+  double stall_check_seconds = 0;
+  // Shared-memory staging per member for sets whose members share one host
+  // (0: plain MPI only, as with TF_RING_SHM=0).
+  size_t shm_area_bytes = 0;
+  // The engine's timeline (it records only where it was started, rank 0).
+  Timeline* timeline = nullptr;
+};
 
 class ProcessSet {
  public:
@@ -27,12 +41,9 @@ class ProcessSet {
   ~ProcessSet();
 
   // Members only: builds the set's communicator from `world`, collectively
-  // with the other members (every member calls it with the same id).
-  // `stall_check_seconds`: the set's coordinator warns about tensors some
-  // members lack (0: never); stalls never stop the engine from a set.
-  // `timeline`: the engine's (it records only where it was started, rank 0).
-  Status Connect(MPI_Comm world, size_t cache_capacity, double stall_check_seconds,
-                 Timeline* timeline);
+  // with the other members (every member calls it with the same id), and
+  // its shared-memory segment when every member runs on one host.
+  Status Connect(MPI_Comm world, const ProcessSetOptions& options);
 
   int32_t id() const { return id_; }
   const std::vector<int>& ranks() const { return ranks_; }
@@ -52,6 +63,8 @@ class ProcessSet {
   // Frees the communicator (members, all together) and returns the entries
   // still pending, for the caller to fail.
   std::vector<TensorEntry> Close();
+  // Whether this set is reducing through shared memory.
+  bool uses_shm() const { return shm_.ready(); }
 
  private:
   const int32_t id_;
@@ -59,7 +72,10 @@ class ProcessSet {
   const int set_rank_;
   const int my_rank_;
   MpiContext mpi_;
+  bool AllOnOneHost();
+
   bool connected_ = false;
+  ShmSegment shm_;
   Timeline* timeline_ = nullptr;
   TensorQueue queue_;
   EngineStats stats_;

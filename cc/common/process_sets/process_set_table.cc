@@ -59,9 +59,7 @@ std::vector<int32_t> ProcessSetTable::Ids() {
 }
 
 Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_rank, MPI_Comm world,
-                            Timeline* timeline,
-                            size_t cache_capacity, double stall_check_seconds,
-                            std::vector<int32_t>* ids) {
+                            const ProcessSetOptions& options, std::vector<int32_t>* ids) {
   // All or nothing: every rank reaches the same verdict before any set exists.
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < sets.size(); ++i) {
@@ -83,7 +81,7 @@ Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_ra
   for (const auto& ranks : sets) {
     auto set = std::make_shared<ProcessSet>(next_id_, ranks, my_rank);
     if (set->included()) {
-      Status s = set->Connect(world, cache_capacity, stall_check_seconds, timeline);
+      Status s = set->Connect(world, options);
       if (!s.ok()) return s;
     }
     sets_[next_id_] = set;

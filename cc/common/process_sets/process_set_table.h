@@ -28,7 +28,7 @@ class ProcessSetTable {
   // Background thread. Adds sets with the next ids in order (connecting
   // those this rank belongs to) and returns their ids.
   Status Add(const std::vector<std::vector<int>>& sets, int my_rank, MPI_Comm world,
-             Timeline* timeline, size_t cache_capacity, double stall_check_seconds, std::vector<int32_t>* ids);
+             const ProcessSetOptions& options, std::vector<int32_t>* ids);
   // Background thread. Removes set `id`; its pending collectives fail.
   Status Remove(int32_t id);
   // Sets this rank belongs to, ascending by id: the cycle order on every rank.
