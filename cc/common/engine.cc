@@ -371,7 +371,16 @@ void Engine::Loop() {
     std::vector<Response> batches = FuseResponses(
         std::move(responses.responses), s.fusion_threshold,
         [&s](const Response& r) { return ResponsePayloadBytes(r, &s.queue, s.mpi.size()); });
-    const int64_t bytes_before = stats_.bytes.load();
+    // Autotune scores the bytes every set this rank belongs to moved, so a
+    // job whose traffic runs in process sets is tuned on that traffic.
+    const std::vector<std::shared_ptr<ProcessSet>> my_sets =
+        s.tuner ? s.sets.Mine() : std::vector<std::shared_ptr<ProcessSet>>();
+    auto sets_bytes = [&my_sets]() {
+      int64_t total = 0;
+      for (const auto& set : my_sets) total += set->stats().bytes.load();
+      return total;
+    };
+    const int64_t bytes_before = stats_.bytes.load() + (s.tuner ? sets_bytes() : 0);
     for (const Response& resp : batches) {
       if (LogEnabled(LogLevel::kTrace)) {
         std::string names;
@@ -398,9 +407,10 @@ void Engine::Loop() {
     }
     ++s.cycle;
     if (responses.has_params) ApplyParams(responses);
-    if (s.tuner && !batches.empty()) {
+    const int64_t moved =
+        s.tuner ? std::max<int64_t>(0, stats_.bytes.load() + sets_bytes() - bytes_before) : 0;
+    if (s.tuner && (!batches.empty() || moved > 0)) {
       EngineParams next;
-      const int64_t moved = std::max<int64_t>(0, stats_.bytes.load() - bytes_before);
       if (s.tuner->Observe(moved, Timeline::Clock::now(), &next)) {
         s.controller->ProposeParams(next, s.tuner->settled());
         if (s.tuner->settled()) LogAlways(LogLevel::kInfo, s.tuner->Summary());

@@ -74,3 +74,46 @@ def test_autotune_settles_on_the_same_values_everywhere():
             os.environ.pop(key, None)
         restart_engine({})
         assert hvd.engine_params()["autotune"] == "off"
+
+
+def test_autotune_scores_the_traffic_of_process_sets():
+    """All gradient traffic runs in a process set of every rank; the only
+    global collective is a 4-byte vote. The trials' bytes per second must
+    count the set's 288 KB a step, not only the vote."""
+    log_dir = hvd.broadcast_object(tempfile.mkdtemp() if hvd.rank() == 0 else None, root_rank=0,
+                                   name="autotune_set_dir")
+    log_path = os.path.join(log_dir, "autotune.csv")
+    everyone = hvd.ProcessSet(list(range(hvd.size())))
+    hvd.shutdown()
+    os.environ.update(dict(SETTINGS, TF_RING_AUTOTUNE_LOG=log_path))
+    hvd.init(process_sets=[everyone])
+    try:
+        grads = [tf.ones([2000 * (i + 1)]) for i in range(8)]  # 288 KB a step
+
+        @tf.function
+        def step():
+            return hvd.grouped_allreduce(grads, op=hvd.Sum, process_set=everyone, name="ats_grads")
+
+        for _ in range(5000):
+            out = step()
+            settled = 1 if hvd.engine_params()["autotune"] == "settled" else 0
+            if int(hvd.allreduce(tf.constant(settled), op=hvd.Min, name="ats_done")) == 1:
+                break
+        assert hvd.engine_params()["autotune"] == "settled"
+        assert float(out[7][0]) == float(hvd.size())
+
+        def check_csv():
+            with open(log_path) as f:
+                trials = [r for r in csv.DictReader(f) if r["kind"] == "trial"]
+            assert len(trials) == TRIALS
+            # The vote alone moves 4 bytes a step (well under 1e4 B/s); the
+            # set's gradients move 288 KB a step, over 1e5 B/s even on a
+            # step of a second.
+            slowest = min(float(r["bytes_per_second"]) for r in trials)
+            assert slowest > 1e5, trials
+
+        check_on_root(check_csv, "ats_check_csv")
+    finally:
+        for key in list(SETTINGS) + ["TF_RING_AUTOTUNE_LOG"]:
+            os.environ.pop(key, None)
+        restart_engine({})
