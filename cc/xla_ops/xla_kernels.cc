@@ -2,6 +2,8 @@
 // becomes one typed-FFI custom call ("tf_ring_collective", handled in
 // ffi_handlers.cc) whose backend_config names the tensor and carries the
 // op's attributes. Grouped ops stay one call so their members fuse.
+// Allgather, reducescatter and alltoall get static output shapes
+// (static_shapes.h); the handler checks the engine's agreed shape against them.
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "xla/hlo/builder/xla_builder.h"
 #include "xla/shape_util.h"
 #include "xla_ops/backend_config.h"
+#include "xla_ops/static_shapes.h"
 
 namespace tf_ring {
 namespace xla_ops {
@@ -25,13 +28,16 @@ class CollectiveXlaKernel : public tf::XlaOpKernel {
       : XlaOpKernel(c), op_(op), grouped_(grouped) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     if (name_.empty()) name_ = name();  // as the TF kernel does
-    int process_set = 0;
-    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set));
-    config_["process_set"] = std::to_string(process_set);
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
+    config_["process_set"] = std::to_string(process_set_);
     config_["op"] = std::to_string(static_cast<int>(op));
     config_["name"] = name_;
     config_["grouped"] = grouped ? "1" : "0";
-    if (op == OpType::kAllreduce) {
+    // Outputs sized here, at compile time: the engine must confirm them.
+    config_["static"] =
+        op == OpType::kAllgather || op == OpType::kAlltoall || op == OpType::kReducescatter ? "1"
+                                                                                             : "0";
+    if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
       int reduce_op = 0;
       float prescale = 1.0f, postscale = 1.0f;
       OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
@@ -57,25 +63,46 @@ class CollectiveXlaKernel : public tf::XlaOpKernel {
   }
 
   void Compile(tf::XlaOpKernelContext* ctx) override {
-    const int n = ctx->num_inputs();
+    // Alltoall's second input is its splits, not a tensor to move.
+    const int n = op_ == OpType::kAlltoall ? 1 : ctx->num_inputs();
     if (n == 0) return;
+    SetPosition pos;
+    std::vector<int64_t> splits;
+    if (config_["static"] == "1") {
+      std::string err = LookUpSetPosition(process_set_, name_, &pos);
+      OP_REQUIRES(ctx, err.empty(), absl::FailedPreconditionError(err));
+      if (op_ == OpType::kAlltoall) {
+        OP_REQUIRES(ctx, ctx->ConstantInputAsIntVector(1, &splits).ok(),
+                    absl::InvalidArgumentError(
+                        "tf_ring: alltoall of tensor '" + name_ +
+                        "' cannot compile inside jit_compile (XLA): its splits are computed at run "
+                        "time, and XLA needs the received shape at compile time. Omit splits= "
+                        "(equal split), or call alltoall outside jit_compile."));
+      }
+    }
     std::vector<xla::XlaOp> operands;
     std::vector<xla::Shape> shapes;
     std::string dtypes;
     for (int i = 0; i < n; ++i) {
+      const std::string member = grouped_ ? name_ + "." + std::to_string(i) : name_;
       DataType dtype;
       OP_REQUIRES(ctx, ToEngineDtype(ctx->input_type(i), &dtype),
-                  absl::InvalidArgumentError("tf_ring: tensor '" + name_ +
-                                             "' has a dtype the engine does not reduce"));
+                  absl::InvalidArgumentError("tf_ring: tensor '" + member +
+                                             "' has a dtype tf_ring's engine does not support"));
       if (!dtypes.empty()) dtypes += ",";
       dtypes += std::to_string(static_cast<int>(dtype));
       operands.push_back(ctx->Input(i));
       auto shape = ctx->InputXlaShape(i);
       OP_REQUIRES_OK(ctx, shape.status());
-      shapes.push_back(*shape);
+      std::vector<int64_t> in_dims(shape->dimensions().begin(), shape->dimensions().end());
+      std::vector<int64_t> out_dims;
+      std::string err = StaticOutputDims(op_, member, in_dims, splits, pos, &out_dims);
+      OP_REQUIRES(ctx, err.empty(), absl::InvalidArgumentError(err));
+      shapes.push_back(xla::ShapeUtil::MakeShape(shape->element_type(), out_dims));
     }
     BackendConfig config = config_;
     config["dtypes"] = dtypes;
+    if (config_["static"] == "1") config["set_size"] = std::to_string(pos.size);
     // The typed FFI reads backend_config as an MLIR dictionary; our whole
     // config is one string attribute in it.
     const std::string opaque = "{config = \"" + EncodeBackendConfig(config) + "\"}";
@@ -84,11 +111,18 @@ class CollectiveXlaKernel : public tf::XlaOpKernel {
         opaque, /*has_side_effect=*/true, /*output_operand_aliasing=*/{}, /*literal=*/nullptr,
         xla::CustomCallSchedule::SCHEDULE_NONE, xla::CustomCallApiVersion::API_VERSION_TYPED_FFI);
     for (int i = 0; i < n; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
+    if (op_ == OpType::kAlltoall) {
+      // received_splits: an equal split receives rows / size from each rank.
+      const int64_t each = shapes[0].dimensions(0) / pos.size;
+      ctx->SetOutput(1, xla::ConstantR1<int32_t>(
+                            ctx->builder(), std::vector<int32_t>(pos.size, static_cast<int32_t>(each))));
+    }
   }
 
  private:
   OpType op_;
   bool grouped_;
+  int process_set_ = 0;
   std::string name_;
   BackendConfig config_;
 };
@@ -102,6 +136,8 @@ class Kernel : public CollectiveXlaKernel {
 REGISTER_XLA_OP(Name("TfRingAllreduce"), (Kernel<OpType::kAllreduce, false>));
 REGISTER_XLA_OP(Name("TfRingGroupedAllreduce"), (Kernel<OpType::kAllreduce, true>));
 REGISTER_XLA_OP(Name("TfRingBroadcast"), (Kernel<OpType::kBroadcast, false>));
+REGISTER_XLA_OP(Name("TfRingAllgather"), (Kernel<OpType::kAllgather, false>));
+REGISTER_XLA_OP(Name("TfRingGroupedAllgather"), (Kernel<OpType::kAllgather, true>));
 
 }  // namespace
 }  // namespace xla_ops

@@ -113,3 +113,60 @@ def test_tape_step_inside_jit_keeps_weights_equal():
     gathered = hvd.allgather(tf.reshape(w, (1, 4)), name="xla.tape.check").numpy()
     for row in gathered:
         np.testing.assert_allclose(row, gathered[0])
+
+
+# The ops that move rows take int64 as well.
+MOVE_DTYPES = DTYPES + [tf.int64]
+
+
+def assert_compiled(fn, *args):
+    """The collective really is tf_ring's custom call, not a fallback."""
+    hlo = fn.experimental_get_compiler_ir(*args)(stage="hlo")
+    assert "tf_ring_collective" in hlo and "custom-call" in hlo
+
+
+def as_f64(t):
+    return t.numpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES, ids=lambda d: d.name)
+def test_allgather_matches_eager_and_numpy(dtype):
+    name = "xla.ag.%s" % dtype.name
+    f = tf.function(lambda x: hvd.allgather(x, name=name), jit_compile=True)
+    x = rank_input(dtype, hvd.rank())
+    got = f(x)
+    assert got.shape == (3 * hvd.size(), 4)  # static: size x the local first dimension
+    np.testing.assert_array_equal(as_f64(got), np.concatenate(all_inputs(dtype)))
+    np.testing.assert_array_equal(as_f64(got), as_f64(hvd.allgather(x, name=name + ".eager")))
+    assert_compiled(f, x)
+
+
+def test_grouped_allgather_one_call():
+    @tf.function(jit_compile=True)
+    def step(a, b):
+        return hvd.grouped_allgather([a, b], name="xla.gag")
+
+    a, b = rank_input(tf.float32, hvd.rank()), rank_input(tf.int64, hvd.rank(), (2, 2, 3))
+    ga, gb = step(a, b)
+    np.testing.assert_array_equal(ga.numpy(), np.concatenate(all_inputs(tf.float32)))
+    np.testing.assert_array_equal(
+        gb.numpy(), np.concatenate([rank_input(tf.int64, r, (2, 2, 3)).numpy()
+                                    for r in range(hvd.size())]))
+    hlo = step.experimental_get_compiler_ir(a, b)(stage="hlo")
+    assert hlo.count("custom_call_target=\"tf_ring_collective\"") == 1  # one call, one negotiation
+
+
+def test_allgather_rank_dependent_first_dim_fails_on_every_rank():
+    # Rank r brings r + 1 rows: XLA compiled size x (r + 1) rows on each rank.
+    f = tf.function(lambda x: hvd.allgather(x, name="xla.ag.uneven"), jit_compile=True)
+    x = rank_input(tf.float32, hvd.rank(), (hvd.rank() + 1, 2))
+    dims = "; ".join("%d on rank %d" % (r + 1, r) for r in range(hvd.size()))
+    with pytest.raises(tf.errors.OpError) as info:
+        f(x)
+    msg = str(info.value)
+    assert "'xla.ag.uneven'" in msg and dims in msg, msg
+    assert "Pad to a common first dimension, or call allgather outside jit_compile" in msg, msg
+    # No rank is left behind: the next collective runs normally.
+    np.testing.assert_allclose(hvd.allreduce(tf.ones(2), op=hvd.Sum, name="xla.ag.after").numpy(),
+                               [hvd.size()] * 2)
+
