@@ -138,6 +138,8 @@ REGISTER_XLA_OP(Name("TfRingGroupedAllreduce"), (Kernel<OpType::kAllreduce, true
 REGISTER_XLA_OP(Name("TfRingBroadcast"), (Kernel<OpType::kBroadcast, false>));
 REGISTER_XLA_OP(Name("TfRingAllgather"), (Kernel<OpType::kAllgather, false>));
 REGISTER_XLA_OP(Name("TfRingGroupedAllgather"), (Kernel<OpType::kAllgather, true>));
+REGISTER_XLA_OP(Name("TfRingReducescatter"), (Kernel<OpType::kReducescatter, false>));
+REGISTER_XLA_OP(Name("TfRingGroupedReducescatter"), (Kernel<OpType::kReducescatter, true>));
 
 }  // namespace
 }  // namespace xla_ops

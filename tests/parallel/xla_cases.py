@@ -170,3 +170,48 @@ def test_allgather_rank_dependent_first_dim_fails_on_every_rank():
     np.testing.assert_allclose(hvd.allreduce(tf.ones(2), op=hvd.Sum, name="xla.ag.after").numpy(),
                                [hvd.size()] * 2)
 
+
+def block_of(rows, rank, size):
+    """The engine's reducescatter split: the first rows % size ranks get one more row."""
+    sizes = [rows // size + (1 if r < rows % size else 0) for r in range(size)]
+    start = sum(sizes[:rank])
+    return slice(start, start + sizes[rank])
+
+
+RS_CASES = [(d, op, extra) for d in MOVE_DTYPES for op in ["Sum", "Average"] for extra in [0, 1]
+            if not (op == "Average" and d.is_integer)]
+
+
+@pytest.mark.parametrize("dtype,op,extra", RS_CASES, ids=lambda c: getattr(c, "name", str(c)))
+def test_reducescatter_matches_eager_and_numpy(dtype, op, extra):
+    # extra=1: the rows do not divide by the size (earlier ranks get one more).
+    rows = 2 * hvd.size() + extra
+    name = "xla.rs.%s.%s.%d" % (op, dtype.name, extra)
+    reduce_op = getattr(hvd, op)
+    f = tf.function(lambda x: hvd.reducescatter(x, op=reduce_op, name=name), jit_compile=True)
+    x = rank_input(dtype, hvd.rank(), (rows, 3))
+    got = f(x)
+    stack = np.stack([rank_input(dtype, r, (rows, 3)).numpy().astype(np.float64)
+                      for r in range(hvd.size())])
+    full = stack.sum(0) if op == "Sum" else stack.mean(0)
+    want = full[block_of(rows, hvd.rank(), hvd.size())]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(as_f64(got), want, rtol=1e-2)
+    np.testing.assert_array_equal(
+        as_f64(got), as_f64(hvd.reducescatter(x, op=reduce_op, name=name + ".eager")))
+    assert_compiled(f, x)
+
+
+def test_grouped_reducescatter_one_call():
+    @tf.function(jit_compile=True)
+    def step(a, b):
+        return hvd.grouped_reducescatter([a, b], op=hvd.Sum, name="xla.grs")
+
+    shapes = [(hvd.size() + 1, 2), (2 * hvd.size(),)]
+    a, b = rank_input(tf.float32, hvd.rank(), shapes[0]), rank_input(tf.int64, hvd.rank(), shapes[1])
+    for got, dtype, shape in zip(step(a, b), [tf.float32, tf.int64], shapes):
+        full = sum(rank_input(dtype, r, shape).numpy() for r in range(hvd.size()))
+        np.testing.assert_array_equal(got.numpy(), full[block_of(shape[0], hvd.rank(), hvd.size())])
+    hlo = step.experimental_get_compiler_ir(a, b)(stage="hlo")
+    assert hlo.count("custom_call_target=\"tf_ring_collective\"") == 1
+
