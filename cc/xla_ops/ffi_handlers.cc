@@ -60,6 +60,21 @@ struct Completion {
   }
 };
 
+// The engine's error as the same TensorFlow error class the non-XLA kernels
+// raise (an InvalidArgumentError stays one inside jit_compile).
+ffi::Error ToFfiError(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk: return ffi::Error::Success();
+    case StatusCode::kInvalidArgument: return ffi::Error(ffi::ErrorCode::kInvalidArgument, s.message());
+    case StatusCode::kPrecondition: return ffi::Error(ffi::ErrorCode::kFailedPrecondition, s.message());
+    case StatusCode::kAborted: return ffi::Error(ffi::ErrorCode::kAborted, s.message());
+    case StatusCode::kResourceExhausted:
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted, s.message());
+    case StatusCode::kUnknown: break;
+  }
+  return ffi::Error(ffi::ErrorCode::kUnknown, s.message());
+}
+
 std::string DimsText(const std::vector<int64_t>& dims) {
   std::string out = "[";
   for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
@@ -154,10 +169,8 @@ ffi::Error Collective(ffi::RemainingArgs args, ffi::RemainingRets rets, std::str
   }
   Status s = Engine::Get().EnqueueGroup(std::move(entries), std::move(requests),
                                         std::atoi(config["process_set"].c_str()));
-  if (!s.ok()) return ffi::Error::Internal(s.message());
-  s = completion.Wait();
-  if (!s.ok()) return ffi::Error::Internal(s.message());
-  return ffi::Error::Success();
+  if (!s.ok()) return ToFfiError(s);
+  return ToFfiError(completion.Wait());
 }
 
 }  // namespace

@@ -140,6 +140,7 @@ REGISTER_XLA_OP(Name("TfRingAllgather"), (Kernel<OpType::kAllgather, false>));
 REGISTER_XLA_OP(Name("TfRingGroupedAllgather"), (Kernel<OpType::kAllgather, true>));
 REGISTER_XLA_OP(Name("TfRingReducescatter"), (Kernel<OpType::kReducescatter, false>));
 REGISTER_XLA_OP(Name("TfRingGroupedReducescatter"), (Kernel<OpType::kReducescatter, true>));
+REGISTER_XLA_OP(Name("TfRingAlltoall"), (Kernel<OpType::kAlltoall, false>));
 
 }  // namespace
 }  // namespace xla_ops

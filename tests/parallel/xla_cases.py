@@ -161,7 +161,7 @@ def test_allgather_rank_dependent_first_dim_fails_on_every_rank():
     f = tf.function(lambda x: hvd.allgather(x, name="xla.ag.uneven"), jit_compile=True)
     x = rank_input(tf.float32, hvd.rank(), (hvd.rank() + 1, 2))
     dims = "; ".join("%d on rank %d" % (r + 1, r) for r in range(hvd.size()))
-    with pytest.raises(tf.errors.OpError) as info:
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:  # as outside XLA
         f(x)
     msg = str(info.value)
     assert "'xla.ag.uneven'" in msg and dims in msg, msg
@@ -214,4 +214,58 @@ def test_grouped_reducescatter_one_call():
         np.testing.assert_array_equal(got.numpy(), full[block_of(shape[0], hvd.rank(), hvd.size())])
     hlo = step.experimental_get_compiler_ir(a, b)(stage="hlo")
     assert hlo.count("custom_call_target=\"tf_ring_collective\"") == 1
+
+
+def alltoall_expected(dtype, shape):
+    """Rank r gets block r of every rank's rows, in rank order (equal split)."""
+    k = shape[0] // hvd.size()
+    me = hvd.rank()
+    return np.concatenate([rank_input(dtype, q, shape).numpy().astype(np.float64)[me * k:(me + 1) * k]
+                           for q in range(hvd.size())])
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES, ids=lambda d: d.name)
+def test_alltoall_equal_split_matches_eager_and_numpy(dtype):
+    shape = (2 * hvd.size(), 3)
+    name = "xla.a2a.%s" % dtype.name
+    f = tf.function(lambda x: hvd.alltoall(x, name=name), jit_compile=True)
+    x = rank_input(dtype, hvd.rank(), shape)
+    got = f(x)
+    np.testing.assert_array_equal(as_f64(got), alltoall_expected(dtype, shape))
+    np.testing.assert_array_equal(as_f64(got), as_f64(hvd.alltoall(x, name=name + ".eager")))
+    assert_compiled(f, x)
+
+
+def test_alltoall_constant_equal_splits_return_received_splits():
+    shape = (hvd.size(), 2)
+    f = tf.function(lambda x: hvd.alltoall(x, splits=[1] * hvd.size(), name="xla.a2a.splits"),
+                    jit_compile=True)
+    got, received = f(rank_input(tf.float32, hvd.rank(), shape))
+    np.testing.assert_array_equal(got.numpy(), alltoall_expected(tf.float32, shape))
+    np.testing.assert_array_equal(received.numpy(), [1] * hvd.size())
+
+
+@pytest.mark.parametrize("case", ["indivisible", "uneven_splits", "runtime_splits"])
+def test_alltoall_that_xla_cannot_size_fails_at_compile_time(case):
+    name = "xla.a2a.bad.%s" % case
+    rows = hvd.size() + 1 if case == "indivisible" else hvd.size()
+    x = rank_input(tf.float32, hvd.rank(), (rows, 2))
+    if case == "indivisible":
+        f = tf.function(lambda x: hvd.alltoall(x, name=name), jit_compile=True)
+        why = "first dimension %d does not divide by the %d ranks" % (rows, hvd.size())
+    elif case == "uneven_splits":
+        splits = [0] * (hvd.size() - 1) + [rows]
+        f = tf.function(lambda x: hvd.alltoall(x, splits=splits, name=name), jit_compile=True)
+        why = "are not an equal split of %d rows" % rows
+    else:
+        # Splits computed from the data: XLA cannot know them when compiling.
+        f = tf.function(lambda x: hvd.alltoall(
+            x, splits=tf.cast(tf.ones([hvd.size()]) * tf.reduce_min(x) * 0 + 1, tf.int32),
+            name=name), jit_compile=True)
+        why = "splits are computed at run time"
+    with pytest.raises(tf.errors.OpError) as info:
+        f(x)
+    msg = str(info.value)
+    assert "alltoall of tensor '%s'" % name in msg and why in msg, msg
+    assert "outside jit_compile" in msg, msg
 
