@@ -115,11 +115,17 @@ ffi::Error Collective(ffi::RemainingArgs args, ffi::RemainingRets rets, std::str
   std::string error;
   if (!DecodeBackendConfig(std::string(text), &config, &error))
     return ffi::Error::InvalidArgument(error);
-  const int n = static_cast<int>(args.size());
+  // The last operand and result are the call chain (xla_kernels.cc), no tensor.
+  const int n = static_cast<int>(args.size()) - 1;
+  if (n < 0 || rets.size() != args.size())
+    return ffi::Error::InvalidArgument("tf_ring: custom call without its chain operand");
+  auto chain_out = rets.get<ffi::AnyBuffer>(n);
+  if (chain_out.has_error()) return chain_out.error();
+  *static_cast<int32_t*>((*chain_out)->untyped_data()) = 0;
   if (n == 0) return ffi::Error::Success();
   const OpType op = static_cast<OpType>(std::atoi(config["op"].c_str()));
   const std::vector<std::string> dtypes = Split(config["dtypes"]);
-  if (static_cast<int>(dtypes.size()) != n || static_cast<int>(rets.size()) != n)
+  if (static_cast<int>(dtypes.size()) != n)
     return ffi::Error::InvalidArgument("tf_ring: custom call for '" + config["name"] +
                                        "' has mismatched operand/result/dtype counts");
   const bool static_shape = config["static"] == "1";

@@ -4,12 +4,21 @@
 // op's attributes. Grouped ops stay one call so their members fuse.
 // Allgather, reducescatter and alltoall get static output shapes
 // (static_shapes.h); the handler checks the engine's agreed shape against them.
+//
+// Every call also takes the previous tf_ring call's chain scalar and returns
+// its own: each call blocks until every rank submitted it, so the calls must
+// run in the same order everywhere. Without the chain, XLA's scheduler may
+// order independent calls differently on ranks whose HLO differs (a
+// reducescatter's rank-dependent output shape), which deadlocks. The chain
+// follows the order tf2xla compiles the graph's nodes in (a name-stable
+// topological order), the same on every rank that builds the same graph.
 #include <string>
 #include <vector>
 
 #include "common/base/message.h"
 #include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
+#include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/tensor_adapter.h"
 #include "xla/hlo/builder/xla_builder.h"
 #include "xla/shape_util.h"
@@ -21,6 +30,33 @@ namespace xla_ops {
 namespace {
 
 namespace tf = ::tensorflow;
+
+// Per compilation (it lives in the compile's step container): the chain
+// scalar of the last tf_ring call emitted into this computation.
+class Chain : public tf::ResourceBase {
+ public:
+  std::string DebugString() const override { return "tf_ring XLA call chain"; }
+  xla::XlaOp last;
+};
+
+// The chain operand for the next call, and where to record its chain output.
+absl::Status ChainFor(tf::XlaOpKernelContext* ctx, Chain** chain, xla::XlaOp* in) {
+  tf::OpKernelContext* k = ctx->op_kernel_context();
+  if (k->step_container() == nullptr)
+    return absl::InternalError("tf_ring: no step container while compiling for XLA");
+  TF_RETURN_IF_ERROR(k->step_container()->LookupOrCreate<Chain>(
+      k->resource_manager(), "tf_ring_xla_chain", chain, [](Chain** c) {
+        *c = new Chain;
+        return absl::OkStatus();
+      }));
+  // A nested computation (a loop body) has its own builder: start afresh.
+  if ((*chain)->last.valid() && (*chain)->last.builder() == ctx->builder()) {
+    *in = (*chain)->last;
+  } else {
+    *in = xla::ConstantR0<int32_t>(ctx->builder(), 0);
+  }
+  return absl::OkStatus();
+}
 
 class CollectiveXlaKernel : public tf::XlaOpKernel {
  public:
@@ -100,6 +136,12 @@ class CollectiveXlaKernel : public tf::XlaOpKernel {
       OP_REQUIRES(ctx, err.empty(), absl::InvalidArgumentError(err));
       shapes.push_back(xla::ShapeUtil::MakeShape(shape->element_type(), out_dims));
     }
+    Chain* chain = nullptr;
+    xla::XlaOp chain_in;
+    OP_REQUIRES_OK(ctx, ChainFor(ctx, &chain, &chain_in));
+    tf::core::ScopedUnref unref_chain(chain);
+    operands.push_back(chain_in);
+    shapes.push_back(xla::ShapeUtil::MakeShape(xla::S32, {}));
     BackendConfig config = config_;
     config["dtypes"] = dtypes;
     if (config_["static"] == "1") config["set_size"] = std::to_string(pos.size);
@@ -111,6 +153,7 @@ class CollectiveXlaKernel : public tf::XlaOpKernel {
         opaque, /*has_side_effect=*/true, /*output_operand_aliasing=*/{}, /*literal=*/nullptr,
         xla::CustomCallSchedule::SCHEDULE_NONE, xla::CustomCallApiVersion::API_VERSION_TYPED_FFI);
     for (int i = 0; i < n; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
+    chain->last = xla::GetTupleElement(call, n);
     if (op_ == OpType::kAlltoall) {
       // received_splits: an equal split receives rows / size from each rank.
       const int64_t each = shapes[0].dimensions(0) / pos.size;

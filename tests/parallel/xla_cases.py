@@ -269,3 +269,33 @@ def test_alltoall_that_xla_cannot_size_fails_at_compile_time(case):
     assert "alltoall of tensor '%s'" % name in msg and why in msg, msg
     assert "outside jit_compile" in msg, msg
 
+
+def test_program_order_differing_by_rank_still_agrees():
+    # Each tf_ring call blocks until every rank submitted it, so the compiled
+    # calls must run in one order everywhere. They are chained in the order
+    # tf2xla compiles the graph (name-stable), not in Python's order.
+    @tf.function(jit_compile=True)
+    def step(a, b, c):
+        if hvd.rank() % 2 == 0:
+            s = hvd.allreduce(a, op=hvd.Sum, name="xla.order.ar")
+            g = hvd.allgather(b, name="xla.order.ag")
+            r = hvd.reducescatter(c, op=hvd.Sum, name="xla.order.rs")
+        else:
+            r = hvd.reducescatter(c, op=hvd.Sum, name="xla.order.rs")
+            g = hvd.allgather(b, name="xla.order.ag")
+            s = hvd.allreduce(a, op=hvd.Sum, name="xla.order.ar")
+        return s, g, r
+
+    shape_c = (hvd.size() + 1, 2)  # uneven blocks: the HLO differs by rank
+    a, b = rank_input(tf.float32, hvd.rank()), rank_input(tf.int32, hvd.rank(), (2,))
+    c = rank_input(tf.float32, hvd.rank(), shape_c)
+    for _ in range(3):
+        s, g, r = step(a, b, c)
+        np.testing.assert_allclose(s.numpy(), np.stack(all_inputs(tf.float32)).sum(0))
+        np.testing.assert_array_equal(
+            g.numpy(), np.concatenate([rank_input(tf.int32, q, (2,)).numpy()
+                                       for q in range(hvd.size())]))
+        full = sum(rank_input(tf.float32, q, shape_c).numpy() for q in range(hvd.size()))
+        np.testing.assert_allclose(r.numpy(), full[block_of(shape_c[0], hvd.rank(), hvd.size())])
+    hlo = step.experimental_get_compiler_ir(a, b, c)(stage="hlo")
+    assert hlo.count("custom_call_target=\"tf_ring_collective\"") == 3
