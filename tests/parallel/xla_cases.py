@@ -270,6 +270,67 @@ def test_alltoall_that_xla_cannot_size_fails_at_compile_time(case):
     assert "outside jit_compile" in msg, msg
 
 
+def rs_sum(x, name):
+    return hvd.reducescatter(x, op=hvd.Sum, name=name)
+
+
+GRAD_OPS = {
+    "allgather": lambda x, name: hvd.allgather(x, name=name),
+    "grouped_allgather": lambda x, name: hvd.grouped_allgather([x], name=name)[0],
+    "reducescatter": rs_sum,
+    "grouped_reducescatter": lambda x, name: hvd.grouped_reducescatter([x], op=hvd.Sum,
+                                                                        name=name)[0],
+    "alltoall": lambda x, name: hvd.alltoall(x, name=name),
+}
+
+
+def grad_input_rows(op):
+    size = hvd.size()
+    # reducescatter: uneven blocks, whose gradient gathers padded blocks.
+    return {"allgather": 2, "grouped_allgather": 2, "alltoall": 2 * size}.get(op, 2 * size + 1)
+
+
+def coefficients(shape, rank):
+    return np.arange(np.prod(shape), dtype=np.float64).reshape(shape) + rank
+
+
+def expected_grad(op, rows):
+    """d/dx of sum(op(x) * coefficients(op(x).shape, rank)), from the rules in
+    tf_ring/_gradients.py: allgather averages and keeps its rows, reducescatter
+    (Sum) gathers every block times the size, alltoall sends rows back."""
+    size, me = hvd.size(), hvd.rank()
+    if op.endswith("allgather"):
+        mean = np.mean([coefficients((rows * size, 3), q) for q in range(size)], axis=0)
+        return mean[me * rows:(me + 1) * rows]
+    if op.endswith("reducescatter"):
+        return size * np.concatenate([coefficients((block_of(rows, q, size).stop -
+                                                    block_of(rows, q, size).start, 3), q)
+                                      for q in range(size)])
+    k = rows // size
+    return np.concatenate([coefficients((rows, 3), q)[me * k:(me + 1) * k] for q in range(size)])
+
+
+@pytest.mark.parametrize("op", sorted(GRAD_OPS))
+def test_gradient_compiles_and_matches_non_xla(op):
+    def grad_fn(jit):
+        def fn(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = GRAD_OPS[op](x, "xla.grad.%s.%s" % (op, jit))
+                c = tf.reshape(tf.cast(tf.range(tf.size(y)), tf.float32), tf.shape(y))
+                loss = tf.reduce_sum(y * (c + float(hvd.rank())))
+            return tape.gradient(loss, x)
+        return tf.function(fn, jit_compile=jit)
+
+    rows = grad_input_rows(op)
+    x = rank_input(tf.float32, hvd.rank(), (rows, 3))
+    compiled = grad_fn(True)
+    got = compiled(x)
+    np.testing.assert_allclose(got.numpy(), expected_grad(op, rows), rtol=1e-6)
+    np.testing.assert_allclose(got.numpy(), grad_fn(False)(x).numpy(), rtol=1e-6)
+    assert_compiled(compiled, x)
+
+
 def test_program_order_differing_by_rank_still_agrees():
     # Each tf_ring call blocks until every rank submitted it, so the compiled
     # calls must run in one order everywhere. They are chained in the order
