@@ -360,3 +360,20 @@ def test_program_order_differing_by_rank_still_agrees():
         np.testing.assert_allclose(r.numpy(), full[block_of(shape_c[0], hvd.rank(), hvd.size())])
     hlo = step.experimental_get_compiler_ir(a, b, c)(stage="hlo")
     assert hlo.count("custom_call_target=\"tf_ring_collective\"") == 3
+
+
+def test_compiled_allgather_and_reducescatter_hit_the_cache():
+    @tf.function(jit_compile=True)
+    def step(x):
+        return (hvd.allgather(x, name="xla.cache.ag"),
+                hvd.reducescatter(x, op=hvd.Sum, name="xla.cache.rs"))
+
+    x = rank_input(tf.float32, hvd.rank(), (hvd.size(), 2))
+    want_ag = np.concatenate([rank_input(tf.float32, r, (hvd.size(), 2)).numpy()
+                              for r in range(hvd.size())])
+    step(x)  # compile, negotiate, cache
+    before = hvd.stats()["cache_hits"]
+    for _ in range(20):
+        gathered, _ = step(x)
+        np.testing.assert_array_equal(gathered.numpy(), want_ag)
+    assert hvd.stats()["cache_hits"] - before >= 30  # two tensors a step, most from the cache
