@@ -86,11 +86,53 @@ def _scaled(tensor, factor):
     return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
 
 
+def _uneven_rows(x, size):
+    """The first dimension of a reducescatter input when it is known and does
+    not divide by `size` (the blocks then differ by one row), else None."""
+    rows = x.shape[0] if x.shape.rank else None
+    return rows if rows is not None and rows % size else None
+
+
+def _block_rows(rows, size, index):
+    # The engine's split rule: the first rows % size ranks get one extra row.
+    return rows // size + (1 if index < rows % size else 0)
+
+
+def _pad_block(grad, rows, process_set):
+    """Pads this rank's block to the largest block, so that every rank
+    gathers the same first dimension, which allgather under XLA needs. Also
+    with no rows missing: every rank's graph keeps the same nodes, so XLA
+    compiles its collectives in the same order everywhere."""
+    size = process_set.size()
+    missing = -(-rows // size) - _block_rows(rows, size, process_set.rank())
+    return tf.pad(grad, [[0, missing]] + [[0, 0]] * (grad.shape.rank - 1))
+
+
+def _unpad_gathered(gathered, rows, size):
+    """Drops the padding rows _pad_block added, keeping the rank order."""
+    block = -(-rows // size)
+    keep = [q * block + i for q in range(size) for i in range(_block_rows(rows, size, q))]
+    return tf.gather(gathered, keep)
+
+
+def _gather_blocks(grads, inputs, process_set, gather):
+    """Every rank's block of each gradient, in rank order: the gradient of a
+    reducescatter before scaling. Uneven blocks are padded for the gather and
+    unpadded after it (same result; it also compiles under XLA)."""
+    size = process_set.size()
+    rows = [_uneven_rows(x, size) for x in inputs]
+    padded = [g if r is None else _pad_block(g, r, process_set) for g, r in zip(grads, rows)]
+    gathered = gather(padded)
+    return [g if r is None else _unpad_gathered(g, r, size) for g, r in zip(gathered, rows)]
+
+
 @tf.RegisterGradient("TfRingReducescatter")
 def _reducescatter_grad(op, grad):
     process_set = _process_set(op)
     factor = _reducescatter_grad_factor(op, "reducescatter", process_set)
-    return _scaled(_ops.allgather(grad, process_set=process_set), factor)
+    (gathered,) = _gather_blocks([grad], op.inputs, process_set,
+                                 lambda g: [_ops.allgather(g[0], process_set=process_set)])
+    return _scaled(gathered, factor)
 
 
 @tf.RegisterGradient("TfRingGroupedAllgather")
@@ -119,4 +161,6 @@ def _grouped_reducescatter_grad(op, *grads):
     process_set = _process_set(op)
     factor = _reducescatter_grad_factor(op, "grouped_reducescatter", process_set)
     grads = [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]
-    return [_scaled(g, factor) for g in grouped_allgather(grads, process_set=process_set)]
+    gathered = _gather_blocks(grads, op.inputs, process_set,
+                              lambda g: grouped_allgather(g, process_set=process_set))
+    return [_scaled(g, factor) for g in gathered]

@@ -56,6 +56,7 @@ static void TestRequestRoundTrip() {
   r.postscale = 3.5;
   r.splits = {1, 0, 127};
   r.waited_us = 1234567;
+  r.static_shape = true;
   list.requests.push_back(r);
   list.requests.push_back(MakeRequest(3, "", {}));  // empty name, scalar
 
@@ -69,7 +70,8 @@ static void TestRequestRoundTrip() {
   CHECK(b.op == OpType::kAlltoall && b.reduce_op == ReduceOp::kMax);
   CHECK(b.dtype == DataType::kBFloat16 && b.root_rank == 2);
   CHECK(b.prescale == 0.25 && b.postscale == 3.5 && b.splits == r.splits);
-  CHECK(b.waited_us == 1234567);
+  CHECK(b.waited_us == 1234567 && b.static_shape);
+  CHECK(!back.requests[1].static_shape);
   CHECK(back.requests[1].name.empty() && back.requests[1].shape.empty());
 
   // Every truncation of a valid message must be rejected, never over-read.
@@ -177,6 +179,40 @@ static void TestCoordinatorAllgatherSizesAndAlltoallSplits() {
   c2.Add(t1);
   ready = c2.TakeReady();
   CHECK(ready.size() == 1 && Contains(ready[0].error, "splits on rank 0 [1, 1] sum to 2"));
+}
+
+// A compiled (XLA) allgather/alltoall sized its output from its own first
+// dimension: different first dimensions fail on every rank, with the fix.
+static void TestCoordinatorStaticFirstDim() {
+  for (OpType op : {OpType::kAllgather, OpType::kAlltoall}) {
+    Coordinator c(3);
+    for (int r = 0; r < 3; ++r) {
+      Request q = MakeRequest(r, "s", {r == 1 ? 4 : 2, 5});
+      q.op = op;
+      q.static_shape = r != 2;  // rank 2 runs the op outside XLA
+      if (op == OpType::kAlltoall) q.splits = r == 1 ? std::vector<int64_t>{2, 1, 1}
+                                                     : std::vector<int64_t>{1, 1, 0};
+      c.Add(q);
+    }
+    std::vector<Response> ready = c.TakeReady();
+    CHECK(ready.size() == 1 && ready[0].is_error());
+    const std::string& msg = ready[0].error;
+    CHECK(Contains(msg, "'s' inside jit_compile (XLA) on ranks 0, 1"));
+    CHECK(Contains(msg, "2 on ranks 0, 2; 4 on rank 1"));
+    CHECK(Contains(msg, "Pad to a common first dimension, or call " +
+                            std::string(OpTypeName(op)) + " outside jit_compile"));
+  }
+  // The same first dimension everywhere: no error, the usual sizes.
+  Coordinator c(2);
+  for (int r = 0; r < 2; ++r) {
+    Request q = MakeRequest(r, "same", {3, 5});
+    q.op = OpType::kAllgather;
+    q.static_shape = true;
+    c.Add(q);
+  }
+  std::vector<Response> ready = c.TakeReady();
+  CHECK(ready.size() == 1 && !ready[0].is_error());
+  CHECK((ready[0].sizes == std::vector<int64_t>{3, 3}));
 }
 
 static void TestCoordinatorDuplicateAndStall() {
@@ -534,6 +570,7 @@ int main() {
   TestCoordinatorReadinessAndOrder();
   TestCoordinatorMismatchMessages();
   TestCoordinatorAllgatherSizesAndAlltoallSplits();
+  TestCoordinatorStaticFirstDim();
   TestCoordinatorDuplicateAndStall();
   TestCoordinatorJoin();
   TestHalfConversions();

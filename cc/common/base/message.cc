@@ -6,7 +6,7 @@ namespace tf_ring {
 
 namespace {
 // Bumped whenever a field changes so that mixed builds fail loudly.
-constexpr uint32_t kWireVersion = 6;
+constexpr uint32_t kWireVersion = 7;
 
 void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int32_t>(r.rank);
@@ -21,6 +21,7 @@ void WriteRequest(const Request& r, ByteWriter* w) {
   w->PutVector(r.splits);
   w->Put<int64_t>(r.waited_us);
   w->Put<int32_t>(r.device);
+  w->Put<uint8_t>(r.static_shape ? 1 : 0);
 }
 
 bool ReadRequest(ByteReader* rd, Request* r) {
@@ -36,6 +37,7 @@ bool ReadRequest(ByteReader* rd, Request* r) {
   r->splits = rd->GetVector<int64_t>();
   r->waited_us = rd->Get<int64_t>();
   r->device = rd->Get<int32_t>();
+  r->static_shape = rd->Get<uint8_t>() != 0;
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
       reduce_op > static_cast<uint8_t>(ReduceOp::kAdasum) || !IsValidDataType(dtype)) {
     return false;

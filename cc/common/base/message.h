@@ -48,6 +48,10 @@ struct Request {
   double postscale = 1.0;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
   int32_t device = -1;          // -1 host memory, else this rank's GPU ordinal
+  // The output was sized when the program was compiled (XLA), before any
+  // rank's shape was known: allgather and alltoall then need the same first
+  // dimension on every rank (checked by the coordinator, so all ranks fail alike).
+  bool static_shape = false;
   // How long it had already waited on its rank before this negotiation (a
   // cache hit the other ranks left waiting), so stall times count from the
   // submission, not from when rank 0 first heard of it.

@@ -187,6 +187,36 @@ std::string Validate(const std::vector<Request>& by_rank, int size) {
   return std::string();
 }
 
+// A compiled (XLA) allgather or alltoall sized its output from its own first
+// dimension, assuming every rank has the same one. Returns the whole error
+// text (its own fix), or an empty string.
+std::string CheckStaticFirstDim(const std::vector<Request>& by_rank) {
+  const Request& first = by_rank[0];
+  if (first.op != OpType::kAllgather && first.op != OpType::kAlltoall) return std::string();
+  std::vector<int> compiled;
+  for (const auto& r : by_rank) {
+    if (r.static_shape) compiled.push_back(r.rank);
+  }
+  if (compiled.empty()) return std::string();
+  std::vector<std::string> dims;
+  std::vector<int> ranks;
+  for (const auto& r : by_rank) {
+    dims.push_back(std::to_string(r.shape[0]));
+    ranks.push_back(r.rank);
+  }
+  for (const auto& d : dims) {
+    if (d != dims[0]) {
+      const std::string op = OpTypeName(first.op);
+      return op + " of tensor '" + first.name + "' inside jit_compile (XLA) on " +
+             RankList(compiled) + ": the first dimension differs: " + Disagreement(dims, ranks) +
+             ". XLA fixes the output shape at compile time from this rank's first dimension, so "
+             "every rank must have the same one. Pad to a common first dimension, or call " +
+             op + " outside jit_compile.";
+    }
+  }
+  return std::string();
+}
+
 }  // namespace
 
 Response BuildResponse(const std::vector<Request>& by_rank, int size) {
@@ -215,6 +245,8 @@ Response BuildResponse(const std::vector<Request>& by_rank, int size) {
                                : ". Fix the arguments passed on the ranks named above.");
     return resp;
   }
+  resp.error = CheckStaticFirstDim(by_rank);
+  if (resp.is_error()) return resp;
   if (first.op == OpType::kAllgather) {
     for (const auto& r : by_rank) resp.sizes.push_back(r.shape[0]);
   } else if (first.op == OpType::kAlltoall) {

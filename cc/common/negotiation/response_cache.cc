@@ -5,7 +5,8 @@ namespace tf_ring {
 bool SameRequest(const Request& a, const Request& b) {
   return a.op == b.op && a.reduce_op == b.reduce_op && a.dtype == b.dtype && a.shape == b.shape &&
          a.root_rank == b.root_rank && a.prescale == b.prescale && a.postscale == b.postscale &&
-         a.splits == b.splits && a.device == b.device && a.name == b.name;
+         a.splits == b.splits && a.device == b.device && a.name == b.name &&
+         a.static_shape == b.static_shape;
 }
 
 ResponseCache::Lookup ResponseCache::Find(const Request& request, uint32_t* bit) const {
