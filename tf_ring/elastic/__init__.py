@@ -6,6 +6,7 @@ engine's ULFM support and an elastic launcher): docs/elastic.md.
 """
 from tf_ring.elastic.errors import (HorovodInternalError, HostUpdateResult,
                                     HostsUpdatedInterrupt, ResetLimitError)
+from tf_ring.elastic.data import samples_per_step, shard_dataset, steps_left
 from tf_ring.elastic.hosts import set_host_update_source
 from tf_ring.elastic.recovery import (reset, reset_count, reset_limit, run, set_reset_hook,
                                  set_reset_limit)
@@ -14,5 +15,5 @@ from tf_ring.elastic.tf_state import TensorFlowKerasState, TensorFlowState
 
 __all__ = ["HorovodInternalError", "HostUpdateResult", "HostsUpdatedInterrupt", "ObjectState",
            "ResetLimitError", "State", "TensorFlowKerasState", "TensorFlowState", "reset",
-           "reset_count", "reset_limit", "run", "set_host_update_source", "set_reset_hook",
-           "set_reset_limit"]
+           "reset_count", "reset_limit", "run", "samples_per_step", "set_host_update_source",
+           "set_reset_hook", "set_reset_limit", "shard_dataset", "steps_left"]
