@@ -1,4 +1,4 @@
-"""Runs tests/elastic_jobs/counter_job.py under tfringrun's elastic mode on
+"""Runs a job of tests/elastic_jobs (counter_job.py or tape_job.py) under tfringrun's elastic mode on
 simulated hosts (1 rank a host, the launcher outside them) and times what
 happened, for tests/multihost/test_elastic_loss.py and
 benchmarks/elastic_recovery.py. Free of pytest."""
@@ -9,7 +9,9 @@ import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-JOB = os.path.join(REPO, "tests", "elastic_jobs", "counter_job.py")
+JOBS = os.path.join(REPO, "tests", "elastic_jobs")
+COUNTER_JOB = os.path.join(JOBS, "counter_job.py")
+TAPE_JOB = os.path.join(JOBS, "tape_job.py")
 STEPS = 30  # counter_job's
 UNINTERRUPTED_TOTAL = sum(range(STEPS))  # what a run that nothing interrupts ends with
 
@@ -22,7 +24,7 @@ def discovery_script(directory, hostnames):
     return path
 
 
-def run_counter(hosts, directory, min_np, job_env, timeout=240):
+def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB):
     """tfringrun -np <hosts> --min-np min_np with a discovery script listing
     every host. Returns (rc, [(time, 'out'|'err', line)]) in arrival order."""
     flags = hosts.launcher_flags(1)
@@ -32,7 +34,7 @@ def run_counter(hosts, directory, min_np, job_env, timeout=240):
     cmd = [sys.executable, "-m", "tf_ring.run", "-np", str(hosts.n_hosts), "--min-np", str(min_np),
            "--host-discovery-script", discovery_script(directory, hosts.hostnames),
            "--elastic-timeout", "10"] + flags  # a wrong blacklist fails fast, not in 600 s
-    proc = subprocess.Popen(cmd + [sys.executable, JOB], cwd=REPO, env=env, text=True,
+    proc = subprocess.Popen(cmd + [sys.executable, job], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     lines, lock = [], threading.Lock()
@@ -69,7 +71,7 @@ def first(lines, prefix, after=0.0):
     return None, None
 
 
-def lost_rank(hosts, directory, kill_at=4):
+def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB):
     """Kills the last rank (SIGKILL) at step `kill_at`; returns (rc, lines,
     timings): seconds from the kill to the driver's relaunch, to the new
     world's START (processes started, TensorFlow imported, init, state synced
@@ -77,7 +79,7 @@ def lost_rank(hosts, directory, kill_at=4):
     marker = os.path.join(directory, "killed")
     rc, lines = run_counter(hosts, directory, min_np=hosts.n_hosts - 1,
                             job_env={"COUNTER_KILL_RANK_AT": str(kill_at),
-                                     "COUNTER_MARKER": marker})
+                                     "COUNTER_MARKER": marker}, job=job)
     timings = {}
     if os.path.exists(marker):
         with open(marker) as f:
