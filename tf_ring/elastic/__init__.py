@@ -1,8 +1,10 @@
 """Elastic training with Horovod's names: `run`, the State classes, commit,
-restore and sync in memory, and the exceptions that drive recovery.
+restore and sync in memory, the exceptions that drive recovery, and
+shard_dataset for re-sharding a tf.data epoch after a reset.
 
-What exists and what does not yet (recovery from a lost rank needs the
-engine's ULFM support and an elastic launcher): docs/elastic.md.
+What exists and what does not yet (in-process recovery from a lost rank
+needs the engine's ULFM support; tfringrun's elastic mode restarts every
+rank instead): docs/elastic.md.
 """
 from tf_ring.elastic.errors import (HorovodInternalError, HostUpdateResult,
                                     HostsUpdatedInterrupt, ResetLimitError)
