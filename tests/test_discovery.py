@@ -116,10 +116,11 @@ from tf_ring.run.elastic_plan import EXIT_HOSTS_UPDATED, judge_world  # noqa: E4
 HOSTS = {0: "a", 1: "a", 2: "b"}
 
 
-def judge(rc, ends, silent=(), named=()):
+def judge(rc, ends, silent=(), named=(), mpi_errors=()):
     """ends: [(rank, kind, code)] in the order the wrappers reported them."""
     ended = {r: (kind, code) for r, kind, code in ends}
-    return judge_world(rc, ended, [r for r, _, _ in ends], list(silent), list(named), HOSTS.get)
+    return judge_world(rc, ended, [r for r, _, _ in ends], list(silent), list(named), HOSTS.get,
+                       list(mpi_errors))
 
 
 def test_a_rank_killed_first_is_a_lost_host_even_when_survivors_then_fail():
@@ -138,3 +139,19 @@ def test_an_ordinary_error_first_is_no_host_loss_whatever_the_teardown_did_to_th
 def test_ranks_asking_for_a_relaunch_are_not_a_loss():
     assert judge(0, [(0, "exit", EXIT_HOSTS_UPDATED)], silent=[1, 2]) == (EXIT_HOSTS_UPDATED, set())
     assert judge(1, [(0, "exit", EXIT_HOSTS_UPDATED), (2, "exit", 137)]) == (1, {"b"})
+
+
+def test_a_survivors_mpi_error_abort_reported_first_does_not_hide_the_killed_rank():
+    # Seen on the simulated hosts: rank 2 was killed, rank 1's MPI saw the
+    # socket close and aborted (code 14), and its report came first.
+    assert judge(137, [(1, "exit", 14), (2, "exit", 137)], mpi_errors=[1]) == (137, {"b"})
+    assert judge(1, [(0, "exit", 14)], silent=[2], mpi_errors=[0]) == (1, {"b"})
+    # Open MPI named rank 1 only; rank 0 aborted with the same MPI error code.
+    assert judge(14, [(0, "exit", 14), (1, "exit", 14), (2, "exit", 137)],
+                 mpi_errors=[1]) == (14, {"b"})
+    # A reported kill: the silent rank 0 was cut off by the teardown, its host stays.
+    assert judge(14, [(2, "exit", 137), (1, "exit", 14)], silent=[0], mpi_errors=[1]) == (14, {"b"})
+    # With no rank killed or silent an MPI error is an ordinary failure...
+    assert judge(14, [(1, "exit", 14), (0, "stopped", 143)], mpi_errors=[1]) == (14, set())
+    # ...and a Python error first still means no restart.
+    assert judge(1, [(1, "exit", 1), (0, "exit", 14), (2, "exit", 137)], mpi_errors=[0]) == (1, set())

@@ -1,9 +1,11 @@
 """A training loop for the elastic launcher tests: 30 committed steps of
 an ObjectState counter, one allreduce each. Prints START (where this world
 began) and END lines; the final total is sum(range(30)) however often the
-job was relaunched, if every relaunch resumed from the last commit."""
+job was relaunched, if every relaunch resumed from the last commit.
+COUNTER_KILL_RANK_AT=k (with COUNTER_MARKER=file, once per job) SIGKILLs the
+last rank at step k and writes the time to the marker; COUNTER_RAISE_RANK_AT=k
+makes the last rank raise an ordinary ValueError at step k."""
 import os
-import sys
 import time
 
 import tensorflow as tf
@@ -15,6 +17,7 @@ STEPS = 30
 hvd.init()
 state = elastic.ObjectState(step=0, total=0)
 kill_at = int(os.environ.get("COUNTER_KILL_RANK_AT", "-1"))
+raise_at = int(os.environ.get("COUNTER_RAISE_RANK_AT", "-1"))
 marker = os.environ.get("COUNTER_MARKER")
 
 
@@ -31,8 +34,11 @@ def train(state):
               flush=True)
         if (hvd.rank() == hvd.size() - 1 and state.step == kill_at and marker
                 and not os.path.exists(marker)):
-            open(marker, "w").close()
-            os.kill(os.getpid(), 9)  # a crashed host: no exit report
+            with open(marker, "w") as f:
+                f.write("%.6f\n" % time.time())  # when it died, for the recovery time
+            os.kill(os.getpid(), 9)  # a crashed process: SIGKILL, nothing cleaned up
+        if hvd.rank() == hvd.size() - 1 and state.step == raise_at:
+            raise ValueError("counter_job: an ordinary bug at step %d" % raise_at)
         time.sleep(0.15)
         state.commit()
 

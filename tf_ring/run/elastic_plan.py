@@ -48,24 +48,44 @@ def added_slots(previous, discovered, blacklist):
     return any(s > before.get(h, 0) for h, s in blacklist.usable(discovered))
 
 
-def judge_world(rc, ended, end_order, silent, named_hosts, host_of):
+def judge_world(rc, ended, end_order, silent, named_hosts, host_of, mpi_errors=()):
     """(rc, lost hosts) for one elastic world that has ended.
 
     ended: {rank: (kind, code)} from the ranks' wrappers; end_order: those
     ranks in the order they reported; silent: ranks that never reported an
-    end; named_hosts: hosts mpirun said it lost. A rank killed by a signal
-    (code >= 128) or silent counts as lost, unless the first rank to fail did
-    so with an ordinary error: then mpirun's teardown of that failure killed
-    or silenced the rest, and restarting would only repeat the error.
+    end; named_hosts: hosts mpirun said it lost; mpi_errors: ranks whose MPI
+    library aborted on an error (MPI_ERRORS_ARE_FATAL, e.g. "Socket closed").
+    A rank killed by a signal (code >= 128) counts as lost; a silent one
+    does too when no rank reported a kill (its host died); unless
+    the first rank to fail did so with an ordinary error: then mpirun's
+    teardown of that failure killed or silenced the rest, and restarting
+    would only repeat the error. An MPI error abort is no such first error
+    when a rank was killed or went silent: a peer's socket closing is how the
+    survivors see the loss, and their reports can arrive before the killed
+    rank's (seen on the simulated hosts: ranks 0 and 1 "exited with code 14"
+    first, Open MPI's message named rank 1 only).
     """
-    codes = [ended[r][1] for r in end_order if ended[r][0] == "exit" and ended[r][1] != 0]
+    killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
+    consequences = set()
+    if killed or silent:
+        # Open MPI prints its error once per node at most, so a rank that
+        # exited with the same code as a named MPI error is one too.
+        mpi_codes = {ended[r][1] for r in mpi_errors if r in ended}
+        consequences = set(mpi_errors) | {r for r, (kind, code) in ended.items()
+                                          if kind == "exit" and code in mpi_codes}
+    codes = [ended[r][1] for r in end_order
+             if ended[r][0] == "exit" and ended[r][1] != 0 and r not in consequences]
     asked = [c for c in codes if c == EXIT_HOSTS_UPDATED]
     ordinary = [c for c in codes if c not in (EXIT_HOSTS_UPDATED,) and c < 128]
-    killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
     if asked and not ordinary and not killed:
         # Ranks asked to relaunch at the new size; mpirun tears down the rest
         # as soon as the first leaves, so those may not report an end.
         return EXIT_HOSTS_UPDATED, set()
     if codes and codes[0] < 128 and codes[0] != EXIT_HOSTS_UPDATED and not named_hosts:
         return rc or codes[0], set()
+    if killed:
+        # A rank's wrapper reported its kill, so hosts were up to report;
+        # ranks that then said nothing were cut off by mpirun's teardown
+        # (seen on the simulated hosts: rank 0 silent after rank 2's kill).
+        silent = []
     return rc, set(named_hosts) | {host_of(r) for r in list(silent) + killed}

@@ -19,6 +19,10 @@ STATUS = "tfringrun-status"
 # start or report back, and for one it lost.
 _MPIRUN_HOST_PATTERNS = (re.compile(rb"Remote host:\s+(\S+)"),
                          re.compile(rb"Remote daemon:\s+\S+ on node\s+(\S+)"))
+# What Open MPI's MPI_ERRORS_ARE_FATAL handler prints for the rank whose MPI
+# call failed ("*** reported by process [job,rank]"); MPI_Abort and Python
+# exceptions print other words.
+_MPI_ERROR_RANK = re.compile(rb"\*\*\* reported by process \[\d+,(\d+)\]")
 _KEEP_TAIL = 256 * 1024  # of each stream's other output, for the patterns above
 # What TensorFlow prints on every rank of a machine without a GPU, whatever
 # TF_CPP_MIN_LOG_LEVEL says (the first two come before its logging starts):
@@ -165,6 +169,13 @@ class JobWatch(object):
                 if name not in names:
                     names.append(name)
         return names
+
+    def mpi_error_ranks(self):
+        """Ranks whose MPI library aborted on an error (a closed socket to a
+        dead peer, for one), from Open MPI's own message."""
+        with self._lock:
+            texts = [bytes(tail) for tail in self._tails.values()]
+        return sorted({int(m.group(1)) for t in texts for m in _MPI_ERROR_RANK.finditer(t)})
 
     def lost_ranks(self):
         """Ranks that never reported an end: their shell was killed outright,

@@ -273,7 +273,8 @@ def _run_world(world, env, token, cleanup):
                                drop_tf_gpu_probe=_drops_tf_gpu_probe(world))
     rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup)
     return elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
-                                    watch.lost_ranks(), watch.mpirun_named_hosts(), watch.host_of)
+                                    watch.lost_ranks(), watch.mpirun_named_hosts(), watch.host_of,
+                                    watch.mpi_error_ranks())
 
 
 # Open MPI's launcher sometimes cannot start its PMIx server at all (seen

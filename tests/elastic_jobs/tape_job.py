@@ -1,0 +1,61 @@
+"""An elastic tf.function tape loop for the launcher tests: linear regression
+over tape_data's epochs, the data re-sharded by tf_ring.elastic.shard_dataset,
+the weights and progress in a TensorFlowState committed every step. Prints
+START/STEP lines like counter_job.py and, at the end, the weights (which must
+equal tape_data.reference_weights() however the world changed).
+COUNTER_KILL_RANK_AT=k with COUNTER_MARKER=file SIGKILLs the last rank at
+global step k once per job, writing the time to the marker."""
+import json
+import os
+import time
+
+import tensorflow as tf
+
+import tf_ring as hvd
+from tape_data import EPOCHS, G, LR, N, epoch_dataset
+from tf_ring import elastic
+
+hvd.init()
+w = tf.Variable(tf.zeros([4, 1]))
+state = elastic.TensorFlowState([w], epoch=0, processed=0, step=0)
+kill_at = int(os.environ.get("COUNTER_KILL_RANK_AT", "-1"))
+marker = os.environ.get("COUNTER_MARKER")
+
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+    tape = hvd.DistributedGradientTape(tape)  # averages: every rank has G / size samples
+    w.assign_sub(LR * tape.gradient(loss, [w])[0])
+    return loss
+
+
+@elastic.run
+def train(state):
+    print("START rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step, time.time()),
+          flush=True)
+    per_rank = G // hvd.size()
+    while state.epoch < EPOCHS:
+        data = elastic.shard_dataset(epoch_dataset(state.epoch), state.processed).batch(per_rank)
+        for x, y in data:
+            train_step(x, y)
+            state.processed += elastic.samples_per_step(per_rank)
+            state.step += 1
+            print("STEP rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step,
+                                                           time.time()), flush=True)
+            if (hvd.rank() == hvd.size() - 1 and state.step == kill_at and marker
+                    and not os.path.exists(marker)):
+                with open(marker, "w") as f:
+                    f.write("%.6f\n" % time.time())
+                os.kill(os.getpid(), 9)
+            time.sleep(0.1)
+            state.commit()
+        assert state.processed == N, state.processed
+        state.epoch, state.processed = state.epoch + 1, 0
+        state.commit()
+
+
+train(state)
+print("END rank=%d size=%d step=%d w=%s" % (hvd.rank(), hvd.size(), state.step,
+                                            json.dumps(w.numpy().ravel().tolist())), flush=True)

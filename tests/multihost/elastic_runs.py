@@ -1,0 +1,94 @@
+"""Runs a job of tests/elastic_jobs (counter_job.py or tape_job.py) under tfringrun's elastic mode on
+simulated hosts (1 rank a host, the launcher outside them) and times what
+happened, for tests/multihost/test_elastic_loss.py and
+benchmarks/elastic_recovery.py. Free of pytest."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOBS = os.path.join(REPO, "tests", "elastic_jobs")
+COUNTER_JOB = os.path.join(JOBS, "counter_job.py")
+TAPE_JOB = os.path.join(JOBS, "tape_job.py")
+STEPS = 30  # counter_job's
+UNINTERRUPTED_TOTAL = sum(range(STEPS))  # what a run that nothing interrupts ends with
+
+
+def discovery_script(directory, hostnames):
+    path = os.path.join(directory, "discover.sh")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + "".join("echo %s\n" % h for h in hostnames))
+    os.chmod(path, 0o755)
+    return path
+
+
+def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB):
+    """tfringrun -np <hosts> --min-np min_np with a discovery script listing
+    every host. Returns (rc, [(time, 'out'|'err', line)]) in arrival order."""
+    flags = hosts.launcher_flags(1)
+    i = flags.index("-H")
+    del flags[i:i + 2]  # the hosts come from the discovery script
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **job_env)
+    cmd = [sys.executable, "-m", "tf_ring.run", "-np", str(hosts.n_hosts), "--min-np", str(min_np),
+           "--host-discovery-script", discovery_script(directory, hosts.hostnames),
+           "--elastic-timeout", "10"] + flags  # a wrong blacklist fails fast, not in 600 s
+    proc = subprocess.Popen(cmd + [sys.executable, job], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    lines, lock = [], threading.Lock()
+
+    def read(stream, name):
+        for line in stream:
+            with lock:
+                lines.append((time.time(), name, line.rstrip("\n")))
+
+    readers = [threading.Thread(target=read, args=(s, n), daemon=True)
+               for s, n in ((proc.stdout, "out"), (proc.stderr, "err"))]
+    for r in readers:
+        r.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["pkill", "-KILL", "-s", str(proc.pid)], check=False)  # its session only
+        proc.wait()
+        lines.append((time.time(), "err", "elastic_runs: the job did not end within %d s" % timeout))
+    for r in readers:
+        r.join(5)
+    return proc.returncode, lines
+
+
+def text(lines, stream=None):
+    return "\n".join(l for _, s, l in lines if stream in (None, s))
+
+
+def first(lines, prefix, after=0.0):
+    """Arrival time and text of the first line starting with `prefix` after `after`."""
+    for t, _, line in lines:
+        if t >= after and line.startswith(prefix):
+            return t, line
+    return None, None
+
+
+def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB):
+    """Kills the last rank (SIGKILL) at step `kill_at`; returns (rc, lines,
+    timings): seconds from the kill to the driver's relaunch, to the new
+    world's START (processes started, TensorFlow imported, init, state synced
+    from the mirror) and to its first finished step."""
+    marker = os.path.join(directory, "killed")
+    rc, lines = run_counter(hosts, directory, min_np=hosts.n_hosts - 1,
+                            job_env={"COUNTER_KILL_RANK_AT": str(kill_at),
+                                     "COUNTER_MARKER": marker}, job=job)
+    timings = {}
+    if os.path.exists(marker):
+        with open(marker) as f:
+            killed = float(f.read())
+        size = "size=%d " % (hosts.n_hosts - 1)
+        relaunch, _ = first(lines, "tfringrun: elastic world 1", killed)
+        start = [float(l.split("t=")[1]) for _, _, l in lines if l.startswith("START") and size in l]
+        step = [float(l.split("t=")[1]) for _, _, l in lines if l.startswith("STEP") and size in l]
+        timings = {"relaunch": relaunch and relaunch - killed,
+                   "synced": start and min(start) - killed,
+                   "first_step": step and max(step[:hosts.n_hosts - 1]) - killed}
+    return rc, lines, timings
