@@ -88,14 +88,15 @@ def replay(k, x, y, passes):
     return model.get_weights(), scale, first
 
 
-def check_overflow_on_one_rank(k, make_optimizer, passes=1):
+def check_overflow_on_one_rank(k, make_optimizer, passes=1, jit_compile=False):
     """make_optimizer() -> what to pass to compile()."""
     x, y = global_data()
     model = make_mixed_model(k)
-    model.compile(make_optimizer(), loss="mse")
+    model.compile(make_optimizer(), loss="mse", jit_compile=jit_compile)
     assert "LossScaleOptimizer" in type(model.optimizer).__name__
     xs, ys = rank_data(x, y, hvd.rank())
     model.fit(xs, ys, batch_size=PER_RANK_BATCH, shuffle=False, verbose=0)
+    assert bool(model.jit_compile) is jit_compile  # nothing turned XLA off
 
     weights, scale, first = replay(k, x, y, passes)
     # The set-up does what it says: at step 0 only rank 1 overflows, later steps are finite.
