@@ -17,8 +17,9 @@ from tensorflow.python.ops import control_flow_util
 
 import tf_ring
 import tf_ring.keras as hvd
-from keras_cases import (LR, PER_RANK_BATCH, assert_same_on_all_ranks, assert_weights_close,
-                         global_data, make_model, shard)
+from keras_cases import (FEATURES, LR, PER_RANK_BATCH, assert_same_on_all_ranks,
+                         assert_weights_close, assert_weights_differ, global_data, make_model,
+                         shard)
 from tf_ring.keras import _xla
 
 
@@ -109,6 +110,45 @@ def check_fit_keeps_xla_with_options(k, sgd, name, steps=4):
     plain, _, _ = _fit(k, make, x, y, False)
     for a, b in zip(compiled.get_weights(), plain.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)  # fp16 on the wire
+
+
+def _sync_bn_model(k):
+    model = k.Sequential([k.Input((FEATURES,)), k.layers.Dense(8),
+                          hvd.SyncBatchNormalization(momentum=0.5), k.layers.Dense(3)])
+    rng = np.random.default_rng(5)
+    model.set_weights([rng.normal(0, 0.5, w.shape).astype(np.float32) for w in model.get_weights()])
+    return model
+
+
+def check_fit_with_sync_batch_norm_or_adasum(k, sgd, what, name, steps=3):
+    """Collectives beyond the gradients' group inside the compiled step: a
+    SyncBatchNormalization layer (a forward allreduce and its gradient's), or
+    op=Adasum. XLA on and off must agree, and every rank end alike."""
+    x, y = global_data(steps, seed=27)
+    build = (lambda: _sync_bn_model(k)) if what == "sync_bn" else (lambda: make_model(k))
+    options = {"op": hvd.Adasum} if what == "adasum" else {}
+    if what == "adasum" and hvd.size() & (hvd.size() - 1):
+        # As without XLA: Adasum needs a power-of-two number of ranks.
+        with pytest.raises(NotImplementedError, match="power-of-two"):
+            model = build()
+            model.compile(hvd.DistributedOptimizer(sgd(LR), **options), loss="mse",
+                          jit_compile=True)
+            model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, verbose=0)
+        return
+    weights = {}
+    for jit in (True, False):
+        model = build()
+        model.compile(hvd.DistributedOptimizer(sgd(LR), **options), loss="mse", jit_compile=jit)
+        traces = _record_xla_tracing(model)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, shuffle=False, verbose=0)
+        assert _xla_warnings(caught) == [] and bool(model.jit_compile) is jit
+        assert traces and all(t is jit for t in traces), traces
+        weights[jit] = model.get_weights()
+    assert_same_on_all_ranks(weights[True], name + ".weights")
+    assert_weights_close(weights[True], weights[False])
+    assert_weights_differ(weights[True], build().get_weights())
 
 
 def check_tape_in_jit_loop(k, name, steps=4):

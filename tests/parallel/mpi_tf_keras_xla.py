@@ -10,6 +10,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
+import keras_cases  # noqa: E402
 import keras_mixed_precision_cases as mixed  # noqa: E402
 import keras_xla_cases as cases  # noqa: E402
 import tf_ring.keras as hvd  # noqa: E402
@@ -40,6 +41,11 @@ def test_mixed_precision_overflow_on_one_rank_under_xla():
                                      jit_compile=True)
 
 
+@pytest.mark.parametrize("what", ["sync_bn", "adasum"])
+def test_fit_with_sync_batch_norm_or_adasum(what):
+    cases.check_fit_with_sync_batch_norm_or_adasum(tf_keras, SGD, what, "tfk_xla_" + what)
+
+
 def test_tape_in_jit_compiled_loop():
     cases.check_tape_in_jit_loop(tf_keras, "tfk_xla_tape")
 
@@ -50,3 +56,9 @@ def test_build_without_lowering_turns_xla_off_with_warning():
 
 def test_build_without_lowering_raises_without_callbacks():
     cases.check_no_lowering_without_callbacks_raises(tf_keras, SGD)
+
+
+# Last: ranks outside the set build no models there, so Keras's layer-name
+# counters, and with them the collectives' names in later graphs, would differ.
+def test_fit_on_a_process_set_under_xla():
+    keras_cases.check_fit_on_process_set(tf_keras, SGD, jit_compile=True)
