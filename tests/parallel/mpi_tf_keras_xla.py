@@ -46,6 +46,11 @@ def test_fit_with_sync_batch_norm_or_adasum(what):
     cases.check_fit_with_sync_batch_norm_or_adasum(tf_keras, SGD, what, "tfk_xla_" + what)
 
 
+def test_mixed_precision_overflow_in_local_layer_under_xla():
+    # Two collectives in the step: the gradients' group and the finite check's Min.
+    mixed.check_overflow_in_local_layer(tf_keras, SGD, jit_compile=True)
+
+
 def test_tape_in_jit_compiled_loop():
     cases.check_tape_in_jit_loop(tf_keras, "tfk_xla_tape")
 

@@ -59,10 +59,6 @@ def _tf_ring_settings(model):
     return None
 
 
-def uses_tf_ring_optimizer(model):
-    return _tf_ring_settings(model) is not None
-
-
 def keep_jit_only_if_compilable(model):
     """Turns XLA off, warning, on a model whose train step with a tf_ring
     optimizer cannot compile; leaves every other model as it is.
