@@ -4,8 +4,6 @@ Each check takes `k`, the Keras package under test, and compares distributed
 training on every rank with a plain single-process copy trained on the whole
 global batch, computed on the same rank from the same starting weights.
 """
-import warnings
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -231,32 +229,6 @@ def check_save_and_load(k, sgd, tmp_path, suffix):
                   shuffle=False, verbose=0)
     assert_weights_close(loaded.get_weights(), reference.get_weights())
     assert_weights_differ(loaded.get_weights(), model.get_weights())
-
-
-# --- XLA --------------------------------------------------------------------------------------
-
-def check_jit_compile_without_callbacks_raises(k, sgd):
-    x, y = global_data(2)
-    model = make_model(k)
-    model.compile(hvd.DistributedOptimizer(sgd(LR)), loss="mse", jit_compile=True)
-    with pytest.raises(Exception, match="jit_compile=False"):
-        model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, shuffle=False, verbose=0)
-
-
-def check_jit_compile_turned_off_by_callback(k, sgd):
-    x, y = global_data(2)
-    model = make_model(k)
-    model.compile(hvd.DistributedOptimizer(sgd(LR)), loss="mse", jit_compile=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model.fit(shard(x), shard(y), batch_size=PER_RANK_BATCH, shuffle=False, verbose=0,
-                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
-    assert any("turning off XLA" in str(w.message) for w in caught)
-    assert not model.jit_compile
-    reference = make_model(k)
-    reference.compile(sgd(LR), loss="mse")
-    reference.fit(x, y, batch_size=PER_RANK_BATCH * hvd.size(), shuffle=False, verbose=0)
-    assert_weights_close(model.get_weights(), reference.get_weights())
 
 
 # --- callbacks --------------------------------------------------------------------------------
@@ -552,7 +524,7 @@ def check_best_model_checkpoint(k, sgd, tmp_path, suffix):
 
 # --- process sets ----------------------------------------------------------------------------
 
-def check_fit_on_process_set(k, sgd, steps=3):
+def check_fit_on_process_set(k, sgd, steps=3, **compile_kwargs):
     """DistributedOptimizer(process_set=) with the set's broadcast callback:
     the members {0, 1} train on their shares (different starting weights,
     made equal by the callback) and end where one process lands on their
@@ -570,7 +542,8 @@ def check_fit_on_process_set(k, sgd, steps=3):
             rows = x.reshape(steps, ps.size(), PER_RANK_BATCH, FEATURES)[:, ps.rank()]
             targets = y.reshape(steps, ps.size(), PER_RANK_BATCH, 3)[:, ps.rank()]
             model = make_model(k, weight_seed=10 + tf_ring.rank())
-            model.compile(hvd.DistributedOptimizer(sgd(LR), process_set=ps), loss="mse")
+            model.compile(hvd.DistributedOptimizer(sgd(LR), process_set=ps), loss="mse",
+                          **compile_kwargs)
             model.fit(rows.reshape(-1, FEATURES), targets.reshape(-1, 3), batch_size=PER_RANK_BATCH,
                       shuffle=False, verbose=0,
                       callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(
@@ -579,6 +552,8 @@ def check_fit_on_process_set(k, sgd, steps=3):
             reference.compile(sgd(LR), loss="mse")
             reference.fit(x, y, batch_size=PER_RANK_BATCH * ps.size(), shuffle=False, verbose=0)
             assert_weights_close(model.get_weights(), reference.get_weights())
+            for key, value in compile_kwargs.items():
+                assert getattr(model, key) == value  # e.g. XLA stayed on
     finally:
         tf_ring.barrier(name="fit_on_process_set.done")
         tf_ring.shutdown()

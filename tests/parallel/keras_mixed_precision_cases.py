@@ -88,14 +88,15 @@ def replay(k, x, y, passes):
     return model.get_weights(), scale, first
 
 
-def check_overflow_on_one_rank(k, make_optimizer, passes=1):
+def check_overflow_on_one_rank(k, make_optimizer, passes=1, jit_compile=False):
     """make_optimizer() -> what to pass to compile()."""
     x, y = global_data()
     model = make_mixed_model(k)
-    model.compile(make_optimizer(), loss="mse")
+    model.compile(make_optimizer(), loss="mse", jit_compile=jit_compile)
     assert "LossScaleOptimizer" in type(model.optimizer).__name__
     xs, ys = rank_data(x, y, hvd.rank())
     model.fit(xs, ys, batch_size=PER_RANK_BATCH, shuffle=False, verbose=0)
+    assert bool(model.jit_compile) is jit_compile  # nothing turned XLA off
 
     weights, scale, first = replay(k, x, y, passes)
     # The set-up does what it says: at step 0 only rank 1 overflows, later steps are finite.
@@ -110,15 +111,16 @@ def check_overflow_on_one_rank(k, make_optimizer, passes=1):
                                                    make_mixed_model(k).get_weights())) > 1e-3
 
 
-def check_overflow_in_local_layer(k, sgd):
+def check_overflow_in_local_layer(k, sgd, jit_compile=False):
     """The float16 layer is local (not reduced), the float32 output layer shared:
     rank 1's overflow is in gradients no other rank sees, yet every rank skips."""
     x, y = global_data()
     model = make_mixed_model(k)
     optimizer = hvd.PartialDistributedOptimizer(sgd(LR), local_layers=[model.layers[0]])
-    model.compile(optimizer, loss="mse")
+    model.compile(optimizer, loss="mse", jit_compile=jit_compile)
     xs, ys = rank_data(x, y, hvd.rank())
     model.fit(xs, ys, batch_size=PER_RANK_BATCH, shuffle=False, verbose=0)
+    assert bool(model.jit_compile) is jit_compile  # nothing turned XLA off
     scales = gather_all([loss_scale(model.optimizer)], "mixed_local.scale")
     assert [float(s[0]) for s in scales] == [INITIAL_SCALE / 2] * hvd.size()
     assert_same_on_all_ranks(model.layers[-1].get_weights(), "mixed_local.shared")

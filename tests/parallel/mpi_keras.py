@@ -1,4 +1,4 @@
-"""tf_ring.keras with Keras 3: DistributedOptimizer, callbacks, save/load, XLA.
+"""tf_ring.keras with Keras 3: DistributedOptimizer, callbacks, save/load (XLA: mpi_keras_xla.py).
 
 Every check compares against a single-process reference computed on each rank
 (see keras_cases.py).
@@ -41,14 +41,6 @@ def test_backward_passes_per_step(average_aggregated):
 
 def test_save_and_load_model(tmp_path):
     cases.check_save_and_load(keras, SGD, tmp_path, ".keras")
-
-
-def test_jit_compile_without_callbacks_raises_clear_error():
-    cases.check_jit_compile_without_callbacks_raises(keras, SGD)
-
-
-def test_jit_compile_turned_off_by_callback():
-    cases.check_jit_compile_turned_off_by_callback(keras, SGD)
 
 
 @pytest.mark.parametrize("prebuild", [False, True], ids=["lazy_state", "built_state"])

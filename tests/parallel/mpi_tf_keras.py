@@ -53,14 +53,6 @@ def test_save_and_load_model(tmp_path, suffix):
     cases.check_save_and_load(tf_keras, SGD, tmp_path, suffix)
 
 
-def test_jit_compile_without_callbacks_raises_clear_error():
-    cases.check_jit_compile_without_callbacks_raises(tf_keras, SGD)
-
-
-def test_jit_compile_turned_off_by_callback():
-    cases.check_jit_compile_turned_off_by_callback(tf_keras, SGD)
-
-
 @pytest.mark.parametrize("optimizer", ["adam", "momentum", "legacy_adam"])
 def test_broadcast_callback_equalizes_weights_and_optimizer_state(optimizer):
     # tf_keras optimizers create their slots at the first apply; the callback

@@ -4,6 +4,9 @@ The Keras flavour follows tf.keras: legacy tf_keras when TF_USE_LEGACY_KERAS=1,
 Keras 3 otherwise. DistributedOptimizer picks its behaviour from the optimizer
 it is given.
 """
+# The collectives' gradients (SyncBatchNormalization and user code differentiate
+# through allreduce); `import tf_ring.keras` alone must register them too.
+import tf_ring._gradients  # noqa: F401
 from tf_ring.basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
                             mpi_built, mpi_threads_supported, nccl_built, rank, shutdown, size)
 from tf_ring.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast

@@ -30,7 +30,7 @@ class BestModelCheckpoint(_ModelCheckpoint):
 
     def set_model(self, model):
         super().set_model(model)
-        _xla.turn_off_jit_for_training(model)
+        _xla.keep_jit_only_if_compilable(model)
 
     def on_train_begin(self, logs=None):
         if not self.filepath:

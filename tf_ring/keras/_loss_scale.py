@@ -88,7 +88,7 @@ def tf_keras_aggregate(optimizer, base_method, grads_and_vars):
     settings = optimizer._tf_ring_settings
     if settings.applying:
         return base_method(optimizer, grads_and_vars)
-    _xla.raise_if_tracing_under_xla()
+    _xla.raise_if_not_compilable(settings)
     pairs = list(grads_and_vars)
     variables = [v for _, v in pairs]
     grads, reduced = gradients_for_check(optimizer, [g for g, _ in pairs], variables)
@@ -112,7 +112,7 @@ def install_keras3_hook():
         settings = getattr(inner, "_tf_ring_settings", None)
         if settings is None or (trainable_variables is None and not self.built):
             return original(self, grads, trainable_variables)
-        _xla.raise_if_tracing_under_xla()
+        _xla.raise_if_not_compilable(settings)
         variables = list(trainable_variables if trainable_variables is not None
                          else self._trainable_variables)
         grads, reduced = gradients_for_check(inner, list(grads), variables)

@@ -67,8 +67,8 @@ def _keras3_subclass(base):
         register_local_var = _register_local_var
 
         def apply(self, grads, trainable_variables=None):
-            _xla.raise_if_tracing_under_xla()
             settings = self._tf_ring_settings
+            _xla.raise_if_not_compilable(settings)
             if trainable_variables is None:
                 variables = self._trainable_variables
             else:
@@ -128,8 +128,8 @@ def _tf_keras_subclass(base):
         register_local_var = _register_local_var
 
         def apply_gradients(self, grads_and_vars, *args, **kwargs):
-            _xla.raise_if_tracing_under_xla()
             settings = self._tf_ring_settings
+            _xla.raise_if_not_compilable(settings)
             pairs = list(grads_and_vars)
             # The base class aggregates again through the hooks below: a pass-through then.
             settings.applying = True

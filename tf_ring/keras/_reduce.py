@@ -3,6 +3,8 @@ import tensorflow as tf
 
 from tf_ring import ops
 from tf_ring.gradient_reduction import variable_key
+from tf_ring.grouped import grouped_allreduce
+from tf_ring.keras import _xla
 from tf_ring.process_set import global_process_set
 
 
@@ -28,6 +30,9 @@ def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, 
         scale = prescale_factor * postscale_factor
         return [None if g is None else to_dense(g) if scale == 1.0
                 else to_dense(g) * tf.cast(scale, g.dtype) for g in grads]
+    if _xla.tracing_under_xla():
+        return _grouped_under_xla(grads, op, compression, prescale_factor, postscale_factor,
+                                  process_set)
     eager = tf.executing_eagerly()
     reduced = []
     for index, (grad, var) in enumerate(zip(grads, variables)):
@@ -41,6 +46,23 @@ def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, 
                                      prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor, process_set=process_set))
     return reduced
+
+
+def _grouped_under_xla(grads, op, compression, prescale_factor, postscale_factor, process_set):
+    """Inside an XLA-compiled step each collective is one blocking custom call,
+    run in XLA's schedule order: separate allreduces would negotiate one at a
+    time and never fuse. One grouped allreduce negotiates them together."""
+    positions = [i for i, g in enumerate(grads) if g is not None]
+    results = [None] * len(grads)
+    if not positions:
+        return results
+    reduced = grouped_allreduce([to_dense(grads[i]) for i in positions], op=op,
+                                compression=compression, prescale_factor=prescale_factor,
+                                postscale_factor=postscale_factor,
+                                process_set=process_set or global_process_set)
+    for i, out in zip(positions, reduced):
+        results[i] = out
+    return results
 
 
 def reduce_gradients(settings, grads, variables, postscale_factor=1.0):

@@ -1,41 +1,80 @@
-"""tf_ring's collectives have no XLA kernels, so XLA must stay off around them."""
+"""XLA and tf_ring.keras: a train step with a tf_ring optimizer compiles with
+XLA (jit_compile=True) when this build lowers tf_ring's collectives
+(cc/xla_ops/, `tf_ring._xla_support`). What the optimizer path traces there:
+dense allreduces (IndexedSlices gradients are densified first, so no
+allgather), one grouped allreduce of the gradients, the loss-scale check's
+Min allreduce and casts for compression; all of them lower. Builds without
+the lowering keep XLA off for the train step, with a warning.
+"""
 import warnings
 
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-XLA_ERROR = (
-    "tf_ring.keras.DistributedOptimizer is being traced inside an XLA-compiled function "
-    "(jit_compile=True), but tf_ring's collectives have no XLA kernels. Compile the model with "
-    "model.compile(..., jit_compile=False), or pass any tf_ring.keras.callbacks callback to fit(), "
-    "which turns XLA off for the train step.")
+NO_LOWERING = ("this build of tf_ring has no XLA lowering for its collectives "
+               "(tf_ring._xla_support is False: the TensorFlow wheel it was built against "
+               "lacks XLA's FFI headers)")
 
 
 def tracing_under_xla():
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-def raise_if_tracing_under_xla():
-    if tracing_under_xla():
-        raise ValueError(XLA_ERROR)
+def lowering_built():
+    import tf_ring
+    return bool(tf_ring._xla_support)
 
 
-def uses_tf_ring_optimizer(model):
+def why_not_compilable(settings):
+    """Why a train step with these optimizer settings cannot compile with XLA,
+    or None when it can."""
+    del settings  # every option of DistributedOptimizer lowers (see the module docstring)
+    if not lowering_built():
+        return NO_LOWERING
+    return None
+
+
+def raise_if_not_compilable(settings):
+    """Called while the optimizer's step is traced: a clear error instead of
+    XLA's "unsupported operations" when that step cannot compile."""
+    if not tracing_under_xla():
+        return
+    reason = why_not_compilable(settings)
+    if reason is not None:
+        raise ValueError(
+            "tf_ring.keras.DistributedOptimizer is being traced inside an XLA-compiled function "
+            "(jit_compile=True), but %s. Compile the model with model.compile(..., "
+            "jit_compile=False), or pass any tf_ring.keras.callbacks callback to fit(), which "
+            "then turns XLA off for the train step." % reason)
+
+
+def _tf_ring_settings(model):
     optimizer = getattr(model, "optimizer", None)
     # Keras 3 may wrap ours in a LossScaleOptimizer.
     inner = getattr(optimizer, "inner_optimizer", None)
-    return any(getattr(o, "_tf_ring_settings", None) is not None for o in (optimizer, inner))
+    for candidate in (optimizer, inner):
+        settings = getattr(candidate, "_tf_ring_settings", None)
+        if settings is not None:
+            return settings
+    return None
 
 
-def turn_off_jit_for_training(model):
-    """Turns XLA off on a model that trains with a tf_ring optimizer, warning once.
+def keep_jit_only_if_compilable(model):
+    """Turns XLA off, warning, on a model whose train step with a tf_ring
+    optimizer cannot compile; leaves every other model as it is.
 
     Called from callbacks' set_model, which Keras runs before it builds the
-    train function, so the train step is traced without XLA.
+    train function, so the train step is then traced without XLA.
     """
-    if not getattr(model, "jit_compile", False) or not uses_tf_ring_optimizer(model):
+    if not getattr(model, "jit_compile", False):
         return
-    warnings.warn("tf_ring: turning off XLA (jit_compile) for this model: tf_ring's collectives "
-                  "have no XLA kernels.", stacklevel=3)
+    settings = _tf_ring_settings(model)
+    if settings is None:
+        return
+    reason = why_not_compilable(settings)
+    if reason is None:
+        return
+    warnings.warn("tf_ring: turning off XLA (jit_compile) for this model: %s." % reason,
+                  stacklevel=3)
     model.jit_compile = False
     model.train_function = None

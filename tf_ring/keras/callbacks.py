@@ -1,7 +1,10 @@
 """Keras callbacks for tf_ring training; they work with Keras 3 and with tf_keras.
 
-Every callback here also turns XLA off for the train step of a model that
-trains with a tf_ring optimizer (see tf_ring.keras._xla).
+A model compiled with jit_compile=True keeps XLA on: its train step, with
+the gradients' allreduce, compiles with XLA. Only on a build without XLA
+lowering (tf_ring._xla_support False) does every callback here turn XLA off
+for the train step of a model that trains with a tf_ring optimizer, with a
+warning (see tf_ring.keras._xla).
 """
 import numpy as np
 import tensorflow as tf
@@ -20,8 +23,9 @@ _Callback = _flavor.keras_module().callbacks.Callback
 class _TfRingCallback(_Callback):
     def set_model(self, model):
         super().set_model(model)
-        # Keras calls set_model before it builds the train function.
-        _xla.turn_off_jit_for_training(model)
+        # Keras calls set_model before it builds the train function; XLA
+        # goes off only where the step cannot compile (build without lowering).
+        _xla.keep_jit_only_if_compilable(model)
 
 
 class BroadcastGlobalVariablesCallback(_TfRingCallback):

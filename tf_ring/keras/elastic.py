@@ -4,8 +4,8 @@
 The callbacks keep `state.batch` (batches finished in the current epoch) and
 `state.epoch` (epochs finished) up to date and commit the state, so a
 training function wrapped in `run` resumes where the last commit left off.
-Like every tf_ring callback they turn XLA off for a model that trains with
-a tf_ring optimizer.
+Like every tf_ring callback they leave XLA (jit_compile=True) on, and turn
+it off (with a warning) only on a build without XLA lowering.
 """
 import logging
 
