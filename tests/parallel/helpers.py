@@ -37,3 +37,19 @@ def check_on_root(check, name):
     error = hvd.broadcast_object(error, root_rank=0, name=name)
     if error:
         raise AssertionError("check on rank 0 failed:\n" + error)
+
+
+def timeline_events(path):
+    """(all events, {tensor name: its duration events}) of a timeline file,
+    which must be complete JSON."""
+    import json
+    from collections import defaultdict
+    with open(path) as f:
+        events = json.load(f)
+    rows = {e["tid"]: e["args"]["name"] for e in events
+            if e.get("ph") == "M" and e["name"] == "thread_name"}
+    by_tensor = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            by_tensor[rows[e["tid"]]].append(e)
+    return events, dict(by_tensor)

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import tf_ring as hvd
-from helpers import check_on_root, rank_input
+from helpers import check_on_root, rank_input, timeline_events
 
 SET_RANKS = {2: [[0], [1], [0, 1]], 3: [[0, 1], [1, 2], [0]]}
 
@@ -292,7 +292,6 @@ def test_timeline_records_a_sets_collectives_with_its_id(sets):
     """Rank 0 writes the timeline; a set holding rank 0 records its tensors
     there (QUEUE and the collective), each event tagged with the set's id,
     and the collective's transport shows the set's shared-memory path."""
-    import json
     import os
     import tempfile
     folder = hvd.broadcast_object(tempfile.mkdtemp() if hvd.rank() == 0 else None, root_rank=0,
@@ -307,14 +306,7 @@ def test_timeline_records_a_sets_collectives_with_its_id(sets):
     hvd.stop_timeline()
 
     def check_file():
-        with open(path) as f:
-            events = json.load(f)
-        rows = {e["tid"]: e["args"]["name"] for e in events
-                if e.get("ph") == "M" and e["name"] == "thread_name"}
-        phases = {}
-        for e in events:
-            if e.get("ph") == "X":
-                phases.setdefault(rows[e["tid"]], []).append(e)
+        _, phases = timeline_events(path)
         mine = phases["ps_tl.sum"]
         assert {"QUEUE", "ALLREDUCE"} <= {e["name"] for e in mine}, mine
         assert all(e["args"]["process_set"] == with_zero.process_set_id for e in mine), mine

@@ -1,20 +1,18 @@
 """The timeline: rank 0 writes a Chrome trace whose events cover every tensor
 and phase, with timestamps in phase order, and which is valid JSON at every
 flush, not only after stop_timeline()."""
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
 
 import numpy as np
 import tensorflow as tf
 
 import tf_ring as hvd
-from helpers import check_on_root
+from helpers import check_on_root, timeline_events
 
 COLLECTIVE_PHASES = {"ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER"}
 
@@ -24,18 +22,6 @@ def shared_path(name):
     folder = hvd.broadcast_object(tempfile.mkdtemp() if hvd.rank() == 0 else None, root_rank=0,
                                   name="timeline_dir_" + name)
     return os.path.join(folder, name + ".json")
-
-
-def rows_and_events(path):
-    with open(path) as f:
-        events = json.load(f)  # must be complete JSON
-    rows = {e["tid"]: e["args"]["name"] for e in events
-            if e.get("ph") == "M" and e["name"] == "thread_name"}
-    by_tensor = defaultdict(list)
-    for e in events:
-        if e.get("ph") == "X":
-            by_tensor[rows[e["tid"]]].append(e)
-    return events, by_tensor
 
 
 def check_phase_order(events):
@@ -96,7 +82,7 @@ def test_every_tensor_gets_queue_negotiate_and_collective_phases():
 
 
 def check_phases_file(path, size):
-    events, by_tensor = rows_and_events(path)
+    events, by_tensor = timeline_events(path)
     expected = {"tl_gather": "ALLGATHER", "tl_bcast": "BROADCAST", "tl_alltoall": "ALLTOALL",
                 "tl_reducescatter": "REDUCESCATTER", "tl_late": "ALLREDUCE"}
     grad_rows = [name for name in by_tensor if name.startswith("tl_grads")]
@@ -142,7 +128,7 @@ def test_fused_mpi_path_shows_fusion_buffer_copies():
         hvd.stop_timeline()
 
         def check():
-            _, by_tensor = rows_and_events(path)
+            _, by_tensor = timeline_events(path)
             for i in range(3):
                 rows = [n for n in by_tensor if n.startswith("fz")]
                 phases = [e["name"] for e in by_tensor[rows[i]]]
@@ -169,7 +155,7 @@ def test_file_is_valid_json_while_still_recording_and_summarizes():
     def check_live():
         deadline = time.monotonic() + 60  # until the writer has flushed them
         while True:
-            _, by_tensor = rows_and_events(path)  # no stop_timeline() yet
+            _, by_tensor = timeline_events(path)  # no stop_timeline() yet
             if {"live_0", "live_1", "live_2"} <= set(by_tensor) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
