@@ -133,7 +133,10 @@ std::vector<TensorEntry> ProcessSetTable::CloseAll() {
 
 size_t ProcessSetTable::entries_in_flight() {
   size_t n = 0;
-  for (auto& set : Mine()) n += set->queue().entries_in_flight();
+  for (auto& set : Mine()) {
+    // A member waiting in join() is idle, as the global join counts it.
+    n += set->queue().entries_in_flight() - (set->joined_here() ? 1 : 0);
+  }
   return n;
 }
 
