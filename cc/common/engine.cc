@@ -361,8 +361,7 @@ void Engine::Loop() {
     // A set's stall shutdown (failure set below) stops every rank through
     // this cycle's shutdown flag, as a local shutdown() would.
     Status st = s.controller->RunCycle(std::move(requests), shutdown_requested_.load() || set_stalled,
-                                       &responses,
-                                       &counts, &busy_sets);
+                                       &responses, &counts, &busy_sets);
     if (!responses.responses.empty()) StageProbe::Stamp(kProbeAgreed);
     stats_.cycles++;
     stats_.negotiations += counts.negotiations;
