@@ -36,6 +36,19 @@ def test_stall_warns_then_fails_every_rank(np):
         assert "'lonely'" in line and "missing on rank(s) %d" % last in line, line
     last_line = next(l for l in lines if l.startswith("rank %d:" % last))
     assert "has been shut down" in last_line
+    # Within process set {0, 1}: its coordinator warns naming the set, then
+    # the stall shutdown fails the tensor and stops the engine on every rank.
+    assert "process set 1 (ranks 0, 1): stall: tensor 'set_lonely' has waited" in result.stderr
+    waits = [float(w) for w in re.findall(r"FAILED after ([0-9.]+)s", result.stdout)]
+    assert len(waits) == np and max(waits) < 60, result.stdout
+    stalled = "process set 1 (ranks 0, 1): stalled collective: tensor 'set_lonely'"
+    for rank in range(np):
+        line = next(l for l in result.stdout.splitlines() if l.startswith("set rank %d:" % rank))
+        assert "FAILED" in line, line
+        if rank < 2:  # the members fail with the reason itself
+            assert stalled in line and "missing on rank(s) 1" in line, line
+        else:  # outside the set: the engine stopped, by the members
+            assert "has been shut down" in line, line
 
 
 # How rank 1 dies, and the exit code the launcher must report for it.

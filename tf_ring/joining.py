@@ -15,16 +15,12 @@ def join(device="", process_set=global_process_set):
     eagerly, a scalar int32 tensor inside tf.function or a v1 graph. A
     broadcast whose root has joined, alltoall and reducescatter cannot run
     while a rank has joined and fail with an error naming the joined ranks.
-    `device` is accepted for Horovod code (CPU build). join() works on the
-    global process set only (NotImplementedError for another set).
+    `device` is accepted for Horovod code (CPU build). With a `process_set`,
+    only its members call join(), the stand-in covers that set's collectives
+    and the returned rank is a global rank; other sets run on meanwhile.
     """
     del device
-    if process_set_id_of(process_set, "join") != 0:
-        raise NotImplementedError(
-            "tf_ring.join(process_set=%r): join() works on the global process set only; "
-            "within a set, give every member the same number of steps (for example by "
-            "allreducing the step count over the set first)." % (process_set,))
-    result = OPS.tf_ring_join()
+    result = OPS.tf_ring_join(process_set_id=process_set_id_of(process_set, "join"))
     if tf.executing_eagerly():
         return int(result.numpy())
     return result

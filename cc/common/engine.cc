@@ -120,6 +120,7 @@ Status Engine::Init(const void* mpi_comm) {
   impl->fusion_threshold = settings.fusion_threshold;
   impl->set_options.cache_capacity = impl->cache_capacity;
   impl->set_options.stall_check_seconds = impl->stall_check_seconds;
+  impl->set_options.stall_shutdown_seconds = settings.stall_shutdown_seconds;
   if (settings.shm) {
     impl->set_options.shm_area_bytes = static_cast<size_t>(
         settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes : kDefaultShmChunkBytes);
@@ -324,6 +325,7 @@ void Engine::Loop() {
   std::string stopped_by = StoppedBy({}, topology_.rank);
   bool by_peer = false;  // stopped by another rank's shutdown, not this one's
   bool took_work = false;  // the last cycle took requests: spin before sleeping
+  bool set_stalled = false;  // a process set's stall shutdown: stop everyone next cycle
   for (;;) {
     // With collectives in flight, go straight to the next cycle: the peers
     // we wait on arrive within it. Only a rank with nothing pending idles;
@@ -356,8 +358,10 @@ void Engine::Loop() {
     for (auto& set : s.sets.Mine()) {
       if (set->queue().entries_in_flight() > 0) busy_sets |= 1ULL << (set->id() % 64);
     }
-    Status st = s.controller->RunCycle(std::move(requests), shutdown_requested_.load(), &responses,
-                                       &counts, &busy_sets);
+    // A set's stall shutdown (failure set below) stops every rank through
+    // this cycle's shutdown flag, as a local shutdown() would.
+    Status st = s.controller->RunCycle(std::move(requests), shutdown_requested_.load() || set_stalled,
+                                       &responses, &counts, &busy_sets);
     if (!responses.responses.empty()) StageProbe::Stamp(kProbeAgreed);
     stats_.cycles++;
     stats_.negotiations += counts.negotiations;
@@ -402,7 +406,13 @@ void Engine::Loop() {
     // A set added or removed above takes effect here, on every rank alike.
     if (!responses.shutdown) {
       for (auto& set : s.sets.Mine()) {
-        if (busy_sets & (1ULL << (set->id() % 64))) set->RunCycle(s.fusion_threshold);
+        if (!(busy_sets & (1ULL << (set->id() % 64)))) continue;
+        const std::string stalled = set->RunCycle(s.fusion_threshold);
+        if (!stalled.empty() && !set_stalled) {
+          Log(LogLevel::kError, stalled);
+          failure = Status::Aborted(stalled);
+          set_stalled = true;
+        }
       }
     }
     ++s.cycle;

@@ -14,7 +14,9 @@ constexpr char kJoinTensorName[] = "tf_ring.join";
 
 class JoinKernel : public tf::AsyncOpKernel {
  public:
-  using AsyncOpKernel::AsyncOpKernel;
+  explicit JoinKernel(tf::OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
+  }
 
   void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
     tf::Tensor* output = nullptr;
@@ -32,12 +34,15 @@ class JoinKernel : public tf::AsyncOpKernel {
     request.op = OpType::kJoin;
     request.dtype = DataType::kInt32;
     request.name = kJoinTensorName;
-    Status s = Engine::Get().Enqueue(std::move(entry), std::move(request));
+    Status s = Engine::Get().Enqueue(std::move(entry), std::move(request), process_set_id_);
     if (!s.ok()) {
       ctx->SetStatus(ToTfStatus(s));
       done();
     }
   }
+
+ private:
+  int process_set_id_ = 0;  // 0: the global set; else join() of that set's members
 };
 
 }  // namespace

@@ -170,6 +170,7 @@ REGISTER_OP("TfRingBarrier")
 
 REGISTER_OP("TfRingJoin")
     .Output("last_joined_rank: int32")
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
     .Doc("Tells the other ranks this one has no more data; returns, once every rank has "

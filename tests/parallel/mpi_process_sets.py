@@ -284,7 +284,10 @@ def test_each_set_caches_and_fuses_on_its_own(sets):
         assert delta["tensors"] == 24, delta
         assert delta["cache_hits"] >= 16, delta
         assert delta["fused_batches"] >= 3, delta  # the grouped four, fused each step
-        assert global_after["tensors"] == global_before["tensors"]  # none ran on the global set
+        assert delta["bytes"] == 24 * 8 * 4, delta  # each input's bytes, counted once
+        # None ran on the global set: its counters stay where they were.
+        for key in ("tensors", "bytes", "fused_batches", "cache_hits"):
+            assert global_after[key] == global_before[key], (key, global_before, global_after)
         hvd.barrier(process_set=ps)
 
 
@@ -452,8 +455,8 @@ def test_unregistered_sets_and_bad_ranks_raise_value_error(sets):
         hvd.remove_process_set(hvd.global_process_set)
     with pytest.raises(RuntimeError, match="TF_RING_DYNAMIC_PROCESS_SETS=1"):
         hvd.add_process_set([0])
-    with pytest.raises(NotImplementedError, match="global process set only"):
-        hvd.join(process_set=sets[0])
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.join(process_set=hvd.ProcessSet([0]))
 
 
 def test_init_errors_out_of_range_and_ranks_that_disagree(sets):

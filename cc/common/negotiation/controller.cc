@@ -297,7 +297,7 @@ void Controller::InspectStalls(ResponseList* out) {
     std::vector<StalledTensor> stalled =
         coordinator_.Stalled(std::chrono::duration<double>(stall_.shutdown_seconds), now);
     if (stalled.empty()) return;
-    std::string reason = "stalled collective: " + describe(stalled[0]) +
+    std::string reason = scope_ + "stalled collective: " + describe(stalled[0]) +
                          (stalled.size() > 1 ? " (and " + std::to_string(stalled.size() - 1) +
                                                    " more)" : std::string()) +
                          ". TF_RING_STALL_SHUTDOWN_TIME_SECONDS turned the stall into this error "

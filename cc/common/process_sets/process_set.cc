@@ -31,8 +31,7 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
   Status s = mpi_.InitGroup(world, ranks_, id_);
   if (!s.ok()) return s;
   connected_ = true;
-  // Hierarchical collectives, NCCL, autotune and stall shutdown belong to
-  // the global set. A set on one host reduces through its own shared
+  // Hierarchical collectives, NCCL and autotune belong to the global set. A set on one host reduces through its own shared
   // memory, as the global set does; otherwise it runs plain MPI.
   ShmSegment* shm = nullptr;
   if (options.shm_area_bytes > 0 && mpi_.size() > 1 && AllOnOneHost()) {
@@ -41,7 +40,7 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
     shm = &shm_;
   }
   controller_ = std::make_unique<Controller>(&mpi_, options.cache_capacity,
-                                             StallConfig{options.stall_check_seconds, 0});
+                                             StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds});
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
   timeline_ = options.timeline;  // shared with the global set; events carry the set's id
   operations_ = std::make_unique<OperationManager>(&mpi_, shm, nullptr, options.timeline);
@@ -61,10 +60,13 @@ bool ProcessSet::AllOnOneHost() {
   return smallest == mpi_.size();
 }
 
-void ProcessSet::RunCycle(int64_t fusion_threshold) {
+std::string ProcessSet::RunCycle(int64_t fusion_threshold) {
   ResponseList responses;
   CycleCounts counts;
   std::vector<Request> requests = queue_.TakeRequests();
+  for (const Request& r : requests) {
+    if (r.op == OpType::kJoin) joined_here_ = true;
+  }
   if (timeline_ != nullptr && timeline_->active()) {
     const auto now = Timeline::Clock::now();
     for (const Request& r : requests) {
@@ -83,9 +85,16 @@ void ProcessSet::RunCycle(int64_t fusion_threshold) {
   std::vector<Response> batches =
       FuseResponses(std::move(responses.responses), fusion_threshold,
                     [this, size](const Response& r) { return ResponsePayloadBytes(r, &queue_, size); });
-  for (const Response& resp : batches) {
+  for (Response& resp : batches) {
+    if (resp.op == OpType::kJoin && !resp.is_error()) {
+      // The coordinator counts set ranks; join() returns an engine rank.
+      joined_here_ = false;
+      resp.root_rank = ranks_[resp.root_rank];
+    }
     operations_->Execute(resp, &queue_, &stats_, fusion_threshold);
   }
+  // The reason names the set already (the controller's scope).
+  return responses.shutdown ? responses.shutdown_reason : std::string();
 }
 
 std::vector<TensorEntry> ProcessSet::Close() {

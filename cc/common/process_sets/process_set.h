@@ -6,6 +6,7 @@
 #ifndef TF_RING_COMMON_PROCESS_SET_H_
 #define TF_RING_COMMON_PROCESS_SET_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,9 +25,10 @@ namespace tf_ring {
 // What every set of an engine is built with (the engine's own settings).
 struct ProcessSetOptions {
   size_t cache_capacity = 0;
-  // The set's coordinator warns about tensors some members lack (0: never);
-  // stalls never stop the engine from a set.
+  // The set's coordinator warns about tensors some members lack (0: never),
+  // and past stall_shutdown_seconds (0: never) fails them and stops the engine.
   double stall_check_seconds = 0;
+  double stall_shutdown_seconds = 0;
   // Shared-memory staging per member for sets whose members share one host
   // (0: plain MPI only, as with TF_RING_SHM=0).
   size_t shm_area_bytes = 0;
@@ -59,7 +61,12 @@ class ProcessSet {
   EngineStats& stats() { return stats_; }
   // One negotiation cycle over the set's communicator and the collectives it
   // agreed on. Members only; every member runs it at the same engine cycle.
-  void RunCycle(int64_t fusion_threshold);
+  // Returns the stall shutdown's reason when the set's coordinator turned a
+  // stall into an error (the engine then stops on every rank), else "".
+  std::string RunCycle(int64_t fusion_threshold);
+  // This rank called join() on the set and waits for the other members: its
+  // join entry does not make the engine loop spin.
+  bool joined_here() const { return joined_here_; }
   // Frees the communicator (members, all together) and returns the entries
   // still pending, for the caller to fail.
   std::vector<TensorEntry> Close();
@@ -79,6 +86,7 @@ class ProcessSet {
   Timeline* timeline_ = nullptr;
   TensorQueue queue_;
   EngineStats stats_;
+  std::atomic<bool> joined_here_{false};
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<OperationManager> operations_;
 };

@@ -133,7 +133,11 @@ std::vector<TensorEntry> ProcessSetTable::CloseAll() {
 
 size_t ProcessSetTable::entries_in_flight() {
   size_t n = 0;
-  for (auto& set : Mine()) n += set->queue().entries_in_flight();
+  for (auto& set : Mine()) {
+    // A member waiting in join() is idle, as the global join counts it.
+    const size_t queued = set->queue().entries_in_flight();
+    n += queued - (set->joined_here() && queued > 0 ? 1 : 0);
+  }
   return n;
 }
 
