@@ -31,16 +31,18 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
   Status s = mpi_.InitGroup(world, ranks_, id_);
   if (!s.ok()) return s;
   connected_ = true;
-  // Hierarchical collectives, NCCL and autotune belong to the global set. A set on one host reduces through its own shared
-  // memory, as the global set does; otherwise it runs plain MPI.
+  // Hierarchical collectives, NCCL and autotune belong to the global set.
+  // A set on one host reduces through its own shared memory, as the global
+  // set does; otherwise it runs plain MPI.
   ShmSegment* shm = nullptr;
   if (options.shm_area_bytes > 0 && mpi_.size() > 1 && AllOnOneHost()) {
     s = shm_.Init(mpi_.comm(), options.shm_area_bytes);
     if (!s.ok()) return s;
     shm = &shm_;
   }
-  controller_ = std::make_unique<Controller>(&mpi_, options.cache_capacity,
-                                             StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds});
+  controller_ = std::make_unique<Controller>(
+      &mpi_, options.cache_capacity,
+      StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds});
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
   timeline_ = options.timeline;  // shared with the global set; events carry the set's id
   operations_ = std::make_unique<OperationManager>(&mpi_, shm, nullptr, options.timeline);
