@@ -100,6 +100,7 @@ def test_real_rank_exception_fails_without_restart(tmp_path):
                      sys.executable, "-c", code)
     assert done.returncode != 0, done.stderr
     assert "ValueError: boom" in done.stderr and "restarting" not in done.stderr
+    assert "job failed with exit code" in done.stderr  # said once the driver knows it is final
     assert done.stderr.count("elastic world") == 1
 
 
@@ -111,3 +112,19 @@ def test_elastic_flags_need_a_host_source_and_sane_bounds():
                              "--host-discovery-script", "true", "python", "x.py"], environ={})
     plain = launcher.parse_args(["-np", "2", "python", "x.py"], environ={})
     assert not elastic_driver.is_elastic(plain)
+
+
+@pytest.mark.parametrize("lost, rc, says_failed", [(["simhost2"], 14, False),
+                                                   ([], EXIT_HOSTS_UPDATED, False),
+                                                   ([], 1, True)])
+def test_only_a_world_that_is_not_restarted_says_the_job_failed(monkeypatch, capsys, lost, rc,
+                                                                says_failed):
+    """A world ending in a restart (ranks lost, hosts added) must not print
+    "job failed" before the driver's "restarting"; an ordinary failure must."""
+    monkeypatch.setattr(launcher, "build_command", lambda *a, **k: ["mpirun"])
+    monkeypatch.setattr(launcher, "_run_job", lambda *a, **k: rc)
+    monkeypatch.setattr(launcher.elastic_plan, "judge_world", lambda *a, **k: (rc, set(lost)))
+    world = argparse.Namespace(np=2, hosts="localhost:2", start_timeout=None)
+    assert launcher._run_world(world, {}, "token", None) == (rc, set(lost))
+    said = "job failed with exit code %d" % rc in capsys.readouterr().err
+    assert said == says_failed

@@ -271,10 +271,15 @@ def _run_world(world, env, token, cleanup):
     planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
     watch = job_watch.JobWatch(token, world.np, {rank: host for rank, host, _ in planned},
                                drop_tf_gpu_probe=_drops_tf_gpu_probe(world))
-    rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup)
-    return elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
-                                    watch.lost_ranks(), watch.mpirun_named_hosts(), watch.host_of,
-                                    watch.mpi_error_ranks())
+    rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup, say_failed=False)
+    rc, lost = elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
+                                        watch.lost_ranks(), watch.mpirun_named_hosts(),
+                                        watch.host_of, watch.mpi_error_ranks())
+    # A world that lost ranks or was asked to grow restarts (the driver says
+    # so); "job failed" there would be wrong. Only an ordinary failure says it.
+    if rc not in (0, elastic_plan.EXIT_HOSTS_UPDATED) and not lost:
+        _say_failed(rc)
+    return rc, lost
 
 
 # Open MPI's launcher sometimes cannot start its PMIx server at all (seen
@@ -330,9 +335,10 @@ def _kill_tree(proc):
     _kill(_descendants(proc.pid) + [proc.pid])
 
 
-def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None):
+def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_failed=True):
     """Runs mpirun; `cleanup(hosts, mpirun_pid)` then stops daemons left on
-    hosts where no rank started."""
+    hosts where no rank started. say_failed=False leaves the generic "job
+    failed" line to the caller (an elastic world may end in a restart)."""
     received, started = [], []
 
     def forward(signum, _frame):
@@ -394,10 +400,14 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None):
         rc, message = watch.verdict(rc)
     if message:
         print(message, file=sys.stderr)
-    elif rc != 0:
-        print("tfringrun: job failed with exit code %d (see the 'rank N exited' line above for the "
-              "first rank that failed)" % rc, file=sys.stderr)
+    elif rc != 0 and say_failed:
+        _say_failed(rc)
     return rc
+
+
+def _say_failed(rc):
+    print("tfringrun: job failed with exit code %d (see the 'rank N exited' line above for the "
+          "first rank that failed)" % rc, file=sys.stderr)
 
 
 def _start_timeout_message(watch, timeout):
