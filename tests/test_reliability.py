@@ -56,11 +56,14 @@ DEATHS = {"kill": 137, "exit": 3, "crash": 134}
 
 
 @pytest.mark.parametrize("np", [2, 3])
-@pytest.mark.parametrize("mode", sorted(DEATHS))
-def test_dead_rank_ends_job_fast_and_named(mode, np):
+@pytest.mark.parametrize("mode, step", [(mode, "eager") for mode in sorted(DEATHS)]
+                         + [("kill", "xla"), ("exit", "xla")])
+def test_dead_rank_ends_job_fast_and_named(mode, step, np):
+    """With step "xla" the survivors wait inside an XLA-compiled step's
+    collective (a custom call blocking in its handler) when rank 1 dies."""
     script = os.path.join(JOBS, "dies_mid_training.py")
     marker = job_marker()
-    result = run_under_launcher(np, [sys.executable, script, mode], timeout=JOB_TIMEOUT,
+    result = run_under_launcher(np, [sys.executable, script, mode, step], timeout=JOB_TIMEOUT,
                                 env={MARKER_VAR: marker})
     # From the death on (starting TensorFlow on a busy machine takes its own time).
     died = re.search(r"rank 1 dies at ([0-9.]+)", result.stdout)
