@@ -377,3 +377,23 @@ def test_compiled_allgather_and_reducescatter_hit_the_cache():
         gathered, _ = step(x)
         np.testing.assert_array_equal(gathered.numpy(), want_ag)
     assert hvd.stats()["cache_hits"] - before >= 30  # two tensors a step, most from the cache
+
+
+def test_compiled_collectives_after_a_rank_joined():
+    """Rank 0 joins; the others' compiled allreduce runs without it (it adds
+    zeros, as outside XLA), and their compiled allgather, sized for every
+    rank's rows, fails cleanly instead of returning a wrong-sized buffer."""
+    me, size = hvd.rank(), hvd.size()
+    if me != 0:
+        x = rank_input(tf.float32, me)
+        summed = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="xla.join.sum"),
+                             jit_compile=True)
+        want = np.sum(all_inputs(tf.float32)[1:], axis=0)
+        np.testing.assert_allclose(summed(x).numpy(), want)
+        gathered = tf.function(lambda t: hvd.allgather(t, name="xla.join.gather"),
+                               jit_compile=True)
+        with pytest.raises(tf.errors.InvalidArgumentError) as info:
+            gathered(x)
+        message = str(info.value)
+        assert "xla.join.gather" in message and "join" in message, message
+    assert hvd.join() in range(1, size)
