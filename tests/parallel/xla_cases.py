@@ -2,6 +2,8 @@
 result equals the non-XLA op's on the same inputs and a NumPy reference,
 and the compiled HLO holds tf_ring's custom call (not a fallback).
 Driven by tests/test_xla.py on 2 and 3 ranks."""
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -397,3 +399,33 @@ def test_compiled_collectives_after_a_rank_joined():
         message = str(info.value)
         assert "xla.join.gather" in message and "join" in message, message
     assert hvd.join() in range(1, size)
+
+
+def test_stall_inside_a_compiled_step_is_warned(capfd):
+    """The last rank reaches the compiled step 2 s late: rank 0's stall
+    inspector names the compiled collective and the missing rank while the
+    others wait inside the custom call, and the step then completes."""
+    import os
+    import time
+    last = hvd.size() - 1
+    os.environ["TF_RING_STALL_CHECK_TIME_SECONDS"] = "0.2"
+    try:
+        hvd.shutdown()
+        hvd.init()
+        step = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="xla.stalled"),
+                           jit_compile=True)
+        if hvd.rank() == last:
+            time.sleep(2.0)
+        np.testing.assert_allclose(step(tf.ones([4])).numpy(), np.full(4, float(hvd.size())))
+        if hvd.rank() == 0:
+            seen = capfd.readouterr().err
+            assert "stall: tensor 'xla.stalled'" in seen, seen[-2000:]
+            # Rank 0 may still be compiling at the first check; some warning
+            # must name the late rank among those missing.
+            missing = [set(int(r) for r in m.split(", ")) for m in re.findall(
+                r"stall: tensor 'xla.stalled'.*missing on rank\(s\) ([0-9, ]+)\.", seen)]
+            assert any(last in m for m in missing), seen[-2000:]
+    finally:
+        os.environ.pop("TF_RING_STALL_CHECK_TIME_SECONDS")
+        hvd.shutdown()
+        hvd.init()
