@@ -9,6 +9,7 @@ from tf_ring.topology import (NotInitializedError, _topology, cross_rank, cross_
                               size)
 
 _atexit_registered = False
+_engine_comm = None  # the mpi4py communicator the engine runs on; None: MPI_COMM_WORLD
 
 
 def _communicator(comm):
@@ -39,8 +40,10 @@ def init(comm=None, process_sets=None):
     """
     global _atexit_registered
     was_running = is_initialized()
+    global _engine_comm
+    communicator = _communicator(comm)
     try:
-        ENGINE.init(_communicator(comm))
+        ENGINE.init(communicator)
     except RuntimeError as e:
         raise RuntimeError("tf_ring.init() failed: %s" % e) from None
     if not _atexit_registered:
@@ -48,6 +51,7 @@ def init(comm=None, process_sets=None):
         atexit.register(ENGINE.finalize_mpi)
         _atexit_registered = True
     if not was_running:
+        _engine_comm = communicator
         _process_set._on_init(process_sets, _agreed_settings())
     elif process_sets is not None:
         raise ValueError("tf_ring.init(process_sets=...): the engine is already running; call "

@@ -15,6 +15,7 @@
 #include "common/observability/stage_probe.h"
 #include "common/transport/mpi_context.h"
 #include "common/transport/mpi_types.h"
+#include "common/transport/peer_failure.h"
 #include "common/operation_manager.h"
 #include "common/process_sets/process_set_table.h"
 #include "common/transport/shm_segment.h"
@@ -105,6 +106,7 @@ Status Engine::Init(const void* mpi_comm) {
   StopLocked();
 
   auto impl = std::make_unique<Impl>();
+  ClearPeerLoss();  // a new engine, on a communicator of the ranks left
   Status s = impl->mpi.Init(static_cast<const MPI_Comm*>(mpi_comm));
   if (!s.ok()) return s;
   SetLogRank(impl->mpi.rank());  // the warnings below name their rank
@@ -112,6 +114,12 @@ Status Engine::Init(const void* mpi_comm) {
   std::string settings_text;
   s = AgreeSettings(impl->mpi, &settings, &settings_text);
   if (!s.ok()) return s;
+  if (FaultTolerantMode()) {
+    // Shared-memory windows do not survive a lost rank (a peer spinning on
+    // a dead rank's flag would never return): MPI transports only.
+    settings.shm = false;
+    settings.hierarchical = HierarchicalMode::kOff;
+  }
   impl->cache_capacity = settings.cache_capacity;
   impl->stall_check_seconds = settings.stall_check_seconds;
   impl->controller = std::make_unique<Controller>(
@@ -225,6 +233,9 @@ void Engine::StopLocked() {
 }
 
 Status Engine::NotAccepting() const {
+  // Stopped for a lost rank: the same error as the collectives in flight
+  // got, so elastic training recovers from this one too.
+  if (PeerLost()) return PeerLostStatus();
   if (!was_shut_down_ && !running_) {
     return Status::Precondition("tf_ring is not initialized: call tf_ring.init() before any collective.");
   }
@@ -371,6 +382,10 @@ void Engine::Loop() {
       Log(LogLevel::kError, st.message());
       failure = st;
     }
+    if (PeerLost()) {
+      failure = PeerLostStatus();
+      break;  // nothing was agreed; every survivor stops the same way
+    }
     if (recording) s.RecordNegotiations(responses, &timeline_, stats_.cycles.load(), cycle_start);
     std::vector<Response> batches = FuseResponses(
         std::move(responses.responses), s.fusion_threshold,
@@ -415,6 +430,10 @@ void Engine::Loop() {
         }
       }
     }
+    if (PeerLost()) {
+      failure = PeerLostStatus();  // a collective above met the lost rank
+      break;
+    }
     ++s.cycle;
     if (responses.has_params) ApplyParams(responses);
     const int64_t moved =
@@ -442,6 +461,8 @@ void Engine::Loop() {
     accepting_ = false;
     stop_reason_ = failure.ok() ? stopped_by : failure.message();
   }
+  // Make sure every survivor leaves its calls on the old communicators.
+  RevokeAfterPeerLoss(s.mpi.comm());
   // Collective teardown happens here, where every rank arrives together.
   s.shm.Release();
   Status closing = failure.ok() ? Status::Aborted("tf_ring was shut down " + stopped_by +

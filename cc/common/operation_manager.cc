@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/transport/peer_failure.h"
+
 namespace tf_ring {
 
 namespace {
@@ -52,6 +54,8 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
                                   "': GPU tensors need a CUDA build of tf_ring; this is a CPU build.");
   } else if (!resp.gpu) {
     status = Run(resp, entries, recording ? &marks_ : nullptr);
+    // A lost rank fails the batch with the one error elastic training recovers from.
+    if (!status.ok() && PeerLost()) status = PeerLostStatus();
   }
   const bool on_device = status.ok() && !resp.is_error() && resp.gpu;
   if (on_device) MarkPhaseIfRecording(resp, recording);

@@ -20,6 +20,7 @@ absl::Status ToTfStatus(const Status& s) {
     case StatusCode::kAborted: return absl::AbortedError(s.message());
     case StatusCode::kUnknown: return absl::UnknownError(s.message());
     case StatusCode::kResourceExhausted: return absl::ResourceExhaustedError(s.message());
+    case StatusCode::kUnavailable: return absl::UnavailableError(s.message());
   }
   return absl::UnknownError(s.message());
 }

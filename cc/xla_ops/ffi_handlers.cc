@@ -70,6 +70,7 @@ ffi::Error ToFfiError(const Status& s) {
     case StatusCode::kAborted: return ffi::Error(ffi::ErrorCode::kAborted, s.message());
     case StatusCode::kResourceExhausted:
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, s.message());
+    case StatusCode::kUnavailable: return ffi::Error(ffi::ErrorCode::kUnavailable, s.message());
     case StatusCode::kUnknown: break;
   }
   return ffi::Error(ffi::ErrorCode::kUnknown, s.message());

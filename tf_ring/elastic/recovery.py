@@ -1,21 +1,25 @@
 """The `run` decorator: call, and on a lost rank or a host change, reset and
 call again; plus the reset hook and the reset limit.
 
-The reset here re-initializes the engine (shutdown() + init()) on the ranks
-that are left. Recovering from a lost rank also needs the engine to shrink
-its communicator (MPI ULFM), which comes in a later step: see docs/elastic.md.
+The reset re-initializes the engine (shutdown() + init()); in fault-tolerant
+mode (MPI ULFM, tf_ring/elastic/in_process.py) it first shrinks the engine's
+communicator to the ranks left, so survivors keep their processes. See
+docs/elastic.md.
 """
 import functools
 import os
 
 from tf_ring import basics
-from tf_ring.elastic import restart
+from tf_ring.elastic import in_process, restart
 from tf_ring.elastic.errors import HorovodInternalError, HostsUpdatedInterrupt, ResetLimitError
 
 RESET_LIMIT_ENV = "TF_RING_ELASTIC_RESET_LIMIT"
 
 
 def _reinit_engine():
+    if in_process.fault_tolerant():
+        in_process.shrink_and_restart()  # a rank may be gone: continue on the rest
+        return
     basics.shutdown()
     basics.init()
 
@@ -85,7 +89,9 @@ def _count_reset(cause):
 def run(func):
     """Decorator for a training function `func(state, ...)`.
 
-    Calls state.sync(), then func. On HorovodInternalError (a lost rank) it
+    Calls state.sync(), then func. On HorovodInternalError (a lost rank;
+    in fault-tolerant mode also the UnavailableError a collective raises
+    when a rank is lost) it
     restores the last commit, resets, and calls again (after another sync);
     on HostsUpdatedInterrupt it resets without restoring (the state was just
     committed) and syncs again unless the interrupt says skip_sync. Every
@@ -109,6 +115,12 @@ def run(func):
                     restart.exit_for_relaunch()  # the driver relaunches at the new size
                 skip_sync = interrupt.skip_sync
                 cause = interrupt
+            except Exception as error:  # noqa: BLE001 - only a lost rank is ours
+                if not in_process.is_lost_rank_error(error):
+                    raise
+                state.restore()
+                skip_sync = False
+                cause = HorovodInternalError(str(error))
             _count_reset(cause)
             _reset_hook()
             state.on_reset()

@@ -7,7 +7,8 @@
 
 namespace tf_ring {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kPrecondition, kAborted, kUnknown, kResourceExhausted };
+enum class StatusCode { kOk = 0, kInvalidArgument, kPrecondition, kAborted, kUnknown, kResourceExhausted,
+                        kUnavailable };
 
 class Status {
  public:
@@ -26,6 +27,11 @@ class Status {
   // Some rank could not allocate what a collective needed (every rank raises it).
   static Status ResourceExhausted(std::string msg) {
     return Status(StatusCode::kResourceExhausted, std::move(msg));
+  }
+
+  // A rank of the job was lost (fault-tolerant mode, common/transport/peer_failure.h).
+  static Status Unavailable(std::string msg) {
+    return Status(StatusCode::kUnavailable, std::move(msg));
   }
 
   bool ok() const { return code_ == StatusCode::kOk; }

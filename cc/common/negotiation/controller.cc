@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/observability/logging.h"
+#include "common/transport/peer_failure.h"
 
 namespace tf_ring {
 
@@ -73,7 +74,8 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     MPI_Request req;
     MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()), MPI_UINT64_T, MPI_BAND,
                    mpi_->comm(), &req);
-    MpiContext::Wait(&req);
+    // A lost rank (fault-tolerant mode only): the engine stops for it.
+    if (MpiContext::Wait(&req) != MPI_SUCCESS) return PeerLostStatus();
     if (busy_sets) *busy_sets = ~vec[2 * words];
 
     // Read the agreed bits straight from the vector: no per-slot arrays or
@@ -142,6 +144,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
   }
   ResponseList agreed;
   Status status = Negotiate(mine, &agreed);
+  if (status.code() == StatusCode::kUnavailable) return status;  // a lost rank: nothing agreed
   last_negotiation_ = now;
   counts->negotiations++;
   counts->cache_misses += static_cast<int64_t>(mine.requests.size());
@@ -185,7 +188,7 @@ Status Controller::Negotiate(const RequestList& mine, ResponseList* out) {
   std::vector<int> lengths(is_root ? size : 0);
   MPI_Request req;
   MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm, &req);
-  MpiContext::Wait(&req);
+  if (MpiContext::Wait(&req) != MPI_SUCCESS) return PeerLostStatus();
 
   std::vector<int> displs(is_root ? size : 0);
   std::vector<char> gathered;
@@ -199,7 +202,7 @@ Status Controller::Negotiate(const RequestList& mine, ResponseList* out) {
   }
   MPI_Igatherv(sent.data(), length, MPI_BYTE, gathered.data(), lengths.data(), displs.data(),
                MPI_BYTE, 0, comm, &req);
-  MpiContext::Wait(&req);
+  if (MpiContext::Wait(&req) != MPI_SUCCESS) return PeerLostStatus();
 
   std::vector<char> reply;
   int reply_length = 0;
@@ -222,10 +225,10 @@ Status Controller::Negotiate(const RequestList& mine, ResponseList* out) {
     reply_length = static_cast<int>(reply.size());
   }
   MPI_Ibcast(&reply_length, 1, MPI_INT, 0, comm, &req);
-  MpiContext::Wait(&req);
+  if (MpiContext::Wait(&req) != MPI_SUCCESS) return PeerLostStatus();
   reply.resize(reply_length);
   MPI_Ibcast(reply.data(), reply_length, MPI_BYTE, 0, comm, &req);
-  MpiContext::Wait(&req);
+  if (MpiContext::Wait(&req) != MPI_SUCCESS) return PeerLostStatus();
 
   if (!ResponseList::Parse(reply.data(), reply.size(), out)) {
     return Status::Unknown("malformed response list from the coordinator");

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/transport/peer_failure.h"
+
 namespace tf_ring {
 
 namespace {
@@ -33,6 +35,7 @@ Status MpiContext::Init(const MPI_Comm* user_comm) {
 
   MPI_Comm base = user_comm ? *user_comm : MPI_COMM_WORLD;
   if (MPI_Comm_dup(base, &comm_) != MPI_SUCCESS) return Status::Unknown("MPI_Comm_dup failed");
+  WatchForPeerFailure(comm_);  // the communicators split from it inherit the handler
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 
@@ -76,23 +79,29 @@ void MpiContext::Release() {
 void MpiContext::FinalizeIfOwned() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  // After a lost rank, MPI_Finalize waits forever for the dead process
+  // when the job spans hosts (seen with Open MPI 5.0 ULFM on the simulated
+  // hosts); the survivors' work is done, so they leave without it.
+  if (PeerEverLost()) return;
   if (g_we_initialized_mpi && !finalized) MPI_Finalize();
   g_we_initialized_mpi = false;
 }
 
-void MpiContext::Wait(MPI_Request* request) {
+int MpiContext::Wait(MPI_Request* request) {
   using Clock = std::chrono::steady_clock;
   int done = 0;
   const auto spin_until = Clock::now() + std::chrono::microseconds(50);
   while (Clock::now() < spin_until) {
-    MPI_Test(request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
+    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return rc;  // only with errors returned (fault-tolerant mode)
+    if (done) return MPI_SUCCESS;
   }
   auto nap = std::chrono::microseconds(5);
   const auto max_nap = std::chrono::microseconds(200);
   for (;;) {
-    MPI_Test(request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
+    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return rc;
+    if (done) return MPI_SUCCESS;
     std::this_thread::sleep_for(nap);
     if (nap < max_nap) nap *= 2;
   }

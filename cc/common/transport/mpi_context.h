@@ -41,8 +41,9 @@ class MpiContext {
 
   // Completes a non-blocking MPI request. Spins briefly (peers are usually
   // close behind), then sleeps between tests so a rank waiting on slower
-  // peers leaves the CPU to TensorFlow.
-  static void Wait(MPI_Request* request);
+  // peers leaves the CPU to TensorFlow. Returns MPI_Test's error code, which is
+  // not MPI_SUCCESS only in fault-tolerant mode (a lost rank).
+  static int Wait(MPI_Request* request);
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;

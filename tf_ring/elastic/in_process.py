@@ -1,0 +1,68 @@
+"""In-process recovery from a lost rank (MPI ULFM; docs/elastic.md).
+
+Under tfringrun's elastic mode with `--recovery in-process` (or any `mpirun --with-ft
+ulfm` job with TF_RING_ULFM=1), the engine does not let MPI abort the job
+when a rank dies: every survivor's pending collectives fail together with a
+TensorFlow UnavailableError that says "tf_ring lost a rank". `run` reads that
+as HorovodInternalError, restores the last commit and resets with
+`shrink_and_restart()`: the engine stops, the survivors shrink the
+communicator to the ranks left (MPIX_Comm_shrink, collective over them) and
+start a new engine on it. The processes, their graphs and memory stay.
+"""
+import os
+
+from tf_ring import basics
+
+ULFM_ENV = "TF_RING_ULFM"
+MIN_NP_ENV = "TF_RING_ELASTIC_MIN_NP"  # tfringrun --min-np
+LOST_RANK_TEXT = "tf_ring lost a rank"
+
+
+def fault_tolerant():
+    """True when this job runs in fault-tolerant mode (TF_RING_ULFM=1)."""
+    return os.environ.get(ULFM_ENV, "") == "1"
+
+
+def is_lost_rank_error(error):
+    """True for the error a collective raises when a rank was lost: a
+    TensorFlow UnavailableError (or the engine binding's RuntimeError) whose
+    text says so. Other errors are the program's own and must propagate."""
+    if LOST_RANK_TEXT not in str(error):
+        return False
+    import tensorflow as tf
+    return isinstance(error, (tf.errors.UnavailableError, RuntimeError))
+
+
+def shrink_and_restart():
+    """Every survivor calls this together: stops the engine, shrinks its
+    communicator to the ranks still alive and starts a new engine on it."""
+    from mpi4py import MPI
+    old = basics._engine_comm if basics._engine_comm is not None else MPI.COMM_WORLD
+    basics.shutdown()
+    shrunk = old.Shrink()  # fault-tolerant collective over the survivors
+    basics.init(comm=shrunk)
+    if old is not MPI.COMM_WORLD:
+        try:
+            old.Free()
+        except MPI.Exception:
+            pass  # a revoked communicator may refuse; it is unused from here on
+    _tell_driver(basics.size())
+    minimum = int(os.environ.get(MIN_NP_ENV, "0") or 0)
+    if basics.size() < minimum:
+        # Too few ranks to go on: the driver's coordinated restart waits for
+        # hosts (--elastic-timeout) from the mirrored commit, or fails.
+        from tf_ring.elastic import restart
+        restart.exit_for_relaunch()
+
+
+def _tell_driver(size):
+    """Rank 0 writes the new world size where tfringrun reads it: how many
+    ranks must end before the launcher may stop mpirun (which under ULFM can
+    wait for a lost host forever)."""
+    directory = os.environ.get("TF_RING_ELASTIC_DIR")
+    if not directory or basics.rank() != 0:
+        return
+    path = os.path.join(directory, "world_size")
+    with open(path + ".tmp", "w") as f:
+        f.write("%d\n" % size)
+    os.replace(path + ".tmp", path)
