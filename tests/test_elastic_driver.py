@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tf_ring.run import elastic_driver, launcher
+from tf_ring.run import elastic_plan
 from tf_ring.run.elastic_plan import EXIT_HOSTS_UPDATED
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,7 +26,8 @@ def script(tmp_path, text, name="discover.sh"):
 def driver_args(tmp_path, lines, **over):
     values = dict(min_np=2, max_np=None, host_discovery_script=script(tmp_path, lines),
                   slots_per_host=1, elastic_timeout=0.0, reset_limit=None,
-                  blacklist_cooldown_range=None, host_list=None)
+                  blacklist_cooldown_range=None, host_list=None, recovery="restart",
+                  detection_timeout=10.0)
     values.update(over)
     return argparse.Namespace(**values)
 
@@ -128,3 +130,114 @@ def test_only_a_world_that_is_not_restarted_says_the_job_failed(monkeypatch, cap
     assert launcher._run_world(world, {}, "token", None) == (rc, set(lost))
     said = "job failed with exit code %d" % rc in capsys.readouterr().err
     assert said == says_failed
+
+
+def test_in_process_recovery_adds_ulfm_to_mpirun_and_the_ranks_env(tmp_path):
+    args = launcher.parse_args(["-np", "3", "--min-np", "2", "--recovery", "in-process",
+                                "--host-discovery-script", "true", "python", "x.py"], environ={})
+    assert elastic_driver.in_process(args)
+    assert "--with-ft ulfm --mca btl tcp,self" in args.mpi_args
+    assert "--mca mpi_ft_detector true --mca mpi_ft_detector_timeout 10 " in args.mpi_args
+    plain = launcher.parse_args(["-np", "3", "--min-np", "2", "--host-discovery-script", "true",
+                                 "python", "x.py"], environ={})
+    assert not elastic_driver.in_process(plain) and "ulfm" not in plain.mpi_args
+    envs = []
+
+    def launch(world, env):
+        envs.append(env)
+        return 0, {"c"}  # a rank on c died; the rest finished in-process
+
+    lines = driver_args(tmp_path, "echo a\necho b\necho c\n", recovery="in-process")
+    assert elastic_driver.Driver(lines, {}, launch, sleep=lambda s: None).run() == 0
+    assert envs[0]["TF_RING_ULFM"] == "1" and envs[0]["TF_RING_ELASTIC_MIN_NP"] == "2"
+    assert len(envs) == 1  # no relaunch
+    restart = driver_args(tmp_path, "echo a\necho b\necho c\n")
+    calls = []
+    assert elastic_driver.Driver(restart, {}, lambda w, e: calls.append(w.np) or (
+        (1, {"c"}) if len(calls) == 1 else (0, set())), sleep=lambda s: None).run() == 0
+    assert calls == [3, 2]  # the restart mode relaunches smaller
+
+
+def test_an_in_process_world_is_judged_by_its_survivors():
+    host_of = {0: "a", 1: "b", 2: "c"}.get
+    judge = elastic_plan.judge_in_process_world
+    # Rank 2 killed, the others finished: done, c lost.
+    ended = {2: ("exit", 137), 0: ("exit", 0), 1: ("exit", 0)}
+    assert judge(ended, [2, 0, 1], [], [], host_of) == (0, {"c"})
+    # Rank 2's host vanished (no report): lost all the same.
+    assert judge({0: ("exit", 0), 1: ("exit", 0)}, [0, 1], [2], [], host_of) == (0, {"c"})
+    # Too few left: the survivors ask for a relaunch.
+    ended = {2: ("exit", 137), 0: ("exit", EXIT_HOSTS_UPDATED), 1: ("exit", EXIT_HOSTS_UPDATED)}
+    assert judge(ended, [2, 0, 1], [], [], host_of) == (EXIT_HOSTS_UPDATED, {"c"})
+    # A lost host's daemon took mpirun's job down: the others were stopped.
+    ended = {0: ("stopped", 143), 1: ("stopped", 143)}
+    assert judge(ended, [0, 1], [2], ["c"], host_of) == (1, {"c"})
+    # A survivor's own bug is an ordinary failure: no host blamed.
+    ended = {2: ("exit", 137), 0: ("exit", 1), 1: ("exit", 0)}
+    assert judge(ended, [2, 0, 1], [], [], host_of) == (1, set())
+
+
+def test_mpirun_is_stopped_only_when_the_shrunk_world_has_ended():
+    done = elastic_plan.survivors_finished
+    assert not done({2: ("exit", 137), 0: ("exit", 0)}, 2)
+    assert done({2: ("exit", 137), 0: ("exit", 0), 1: ("exit", 0)}, 2)
+    assert not done({2: ("exit", 137), 0: ("exit", 0), 1: ("exit", 0)}, 3)
+
+
+def test_in_process_recovery_on_one_host(tmp_path):
+    """The same machine, 3 ranks, no namespaces needed: rank 2 SIGKILLs
+    itself at step 5 of the tape job; ranks 0 and 1 go on in the same
+    processes and end with the weights of an uninterrupted run."""
+    import json
+    import re
+    import numpy as np
+    jobs = os.path.join(REPO, "tests", "elastic_jobs")
+    sys.path.insert(0, jobs)
+    import tape_data
+    discover = script(tmp_path, "echo localhost:3\n")
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", COUNTER_KILL_RANK_AT="5",
+               COUNTER_MARKER=str(tmp_path / "killed"))
+    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "3", "--min-np", "2",
+                           "--host-discovery-script", discover, "--recovery", "in-process",
+                           sys.executable, os.path.join(jobs, "tape_job.py")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert "recovered in-process and finished" in done.stderr
+    assert "tf_ring lost a rank (rank 2 of the old world)" in done.stderr
+    starts = re.findall(r"START rank=(\d) size=(\d) step=(\d+) pid=(\d+)", done.stdout)
+    before = {r: pid for r, size, _, pid in starts if size == "3"}
+    after = {r: pid for r, size, _, pid in starts if size == "2"}
+    assert sorted(after) == ["0", "1"] and all(after[r] == before[r] for r in after), starts
+    ends = re.findall(r"END rank=\d size=2 step=\d+ w=(.*)", done.stdout)
+    assert len(ends) == 2, done.stdout
+    for weights in ends:
+        assert np.allclose(json.loads(weights), tape_data.reference_weights(), atol=1e-5)
+
+
+def test_in_process_below_min_np_fails_naming_the_minimum(tmp_path):
+    """2 ranks, --min-np 2: rank 1 is killed, the survivor alone is below the
+    minimum, so it exits for a relaunch, and with no other host the driver
+    gives up after --elastic-timeout naming the minimum."""
+    jobs = os.path.join(REPO, "tests", "elastic_jobs")
+    discover = script(tmp_path, "echo $(uname -n):2\n")  # the name the ranks report
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", COUNTER_KILL_RANK_AT="3",
+               COUNTER_MARKER=str(tmp_path / "killed"))
+    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "2", "--min-np", "2",
+                           "--host-discovery-script", discover, "--recovery", "in-process",
+                           "--elastic-timeout", "3",
+                           sys.executable, os.path.join(jobs, "tape_job.py")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode != 0, done.stderr[-5000:]
+    assert "--min-np needs at least 2, waited 3 s (--elastic-timeout)" in done.stderr, \
+        done.stderr[-5000:]
+    assert "END" not in done.stdout
+
+
+def test_only_a_lost_rank_error_counts_as_one():
+    import tensorflow as tf
+    from tf_ring.elastic import in_process
+    text = "tf_ring lost a rank (rank 2 of the old world): its process or host is gone."
+    assert in_process.is_lost_rank_error(tf.errors.UnavailableError(None, None, text))
+    assert in_process.is_lost_rank_error(RuntimeError(text))  # the engine binding's form
+    assert not in_process.is_lost_rank_error(tf.errors.UnavailableError(None, None, "socket"))
+    assert not in_process.is_lost_rank_error(ValueError(text))  # the program's own error

@@ -63,10 +63,11 @@ def test_text_that_only_looks_like_a_status_start_is_flushed_when_idle():
     assert pump(JobWatch(TOKEN, 1), [other]) == other
 
 
-def run_wrapper(command, rank="5", stop_when_ready=False):
+def run_wrapper(command, rank="5", stop_when_ready=False, die_like_the_rank=False):
     """stop_when_ready: SIGTERM once the program printed "ready" (so the
     wrapper's trap is set and the program runs)."""
-    proc = subprocess.Popen(["sh", "-c", job_watch.rank_wrapper(TOKEN), "rank"] + command,
+    wrapper = job_watch.rank_wrapper(TOKEN, die_like_the_rank=die_like_the_rank)
+    proc = subprocess.Popen(["sh", "-c", wrapper, "rank"] + command,
                             env=dict(os.environ, OMPI_COMM_WORLD_RANK=rank),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     if stop_when_ready:
@@ -192,3 +193,16 @@ def test_tensorflow_gpu_probe_lines_are_dropped_when_asked_and_nothing_else():
     watch = JobWatch(TOKEN, 1, drop_tf_gpu_probe=True)
     assert pump(watch, [PROBE_NOISE + kept + status("exit", 0, 0)]) == kept
     assert pump(JobWatch(TOKEN, 1), [PROBE_NOISE + kept]) == PROBE_NOISE + kept
+
+
+def test_in_process_wrapper_dies_of_a_signal_when_its_rank_did():
+    """--recovery in-process: mpirun (ULFM) lets survivors go on after a rank
+    dies of a signal, but ends the job for a non-zero exit, so the shell
+    reports the kill and then dies of SIGKILL itself; other codes pass."""
+    rc, _, err = run_wrapper(["sh", "-c", "kill -KILL $$"], die_like_the_rank=True)
+    assert rc == -signal.SIGKILL
+    assert err.endswith("%s exit 5 137\n" % TOKEN) and "exited with code 137" in err
+    rc, _, err = run_wrapper(["sh", "-c", "exit 3"], die_like_the_rank=True)
+    assert rc == 3 and err.endswith("%s exit 5 3\n" % TOKEN)
+    rc, _, _ = run_wrapper(["sh", "-c", "kill -KILL $$"])  # the default: an exit code
+    assert rc == 128 + signal.SIGKILL

@@ -2,29 +2,27 @@
 an ObjectState counter, one allreduce each. Prints START (where this world
 began) and END lines; the final total is sum(range(30)) however often the
 job was relaunched, if every relaunch resumed from the last commit.
-COUNTER_KILL_RANK_AT=k (with COUNTER_MARKER=file, once per job) SIGKILLs the
-last rank at step k and writes the time to the marker; COUNTER_RAISE_RANK_AT=k
+COUNTER_KILL_RANK_AT / COUNTER_MARKER kill ranks (kill_plan.py); COUNTER_RAISE_RANK_AT=k
 makes the last rank raise an ordinary ValueError at step k."""
 import os
 import time
 
 import tensorflow as tf
 
+import kill_plan
 import tf_ring as hvd
 from tf_ring import elastic
 
 STEPS = 30
 hvd.init()
 state = elastic.ObjectState(step=0, total=0)
-kill_at = int(os.environ.get("COUNTER_KILL_RANK_AT", "-1"))
 raise_at = int(os.environ.get("COUNTER_RAISE_RANK_AT", "-1"))
-marker = os.environ.get("COUNTER_MARKER")
 
 
 @elastic.run
 def train(state):
-    print("START rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step, time.time()),
-          flush=True)
+    print("START rank=%d size=%d step=%d pid=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step,
+                                                           os.getpid(), time.time()), flush=True)
     while state.step < STEPS:
         size = int(hvd.allreduce(tf.constant(1.0), op=hvd.Sum, name="count").numpy())
         assert size == hvd.size()
@@ -32,11 +30,7 @@ def train(state):
         state.step += 1
         print("STEP rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), size, state.step, time.time()),
               flush=True)
-        if (hvd.rank() == hvd.size() - 1 and state.step == kill_at and marker
-                and not os.path.exists(marker)):
-            with open(marker, "w") as f:
-                f.write("%.6f\n" % time.time())  # when it died, for the recovery time
-            os.kill(os.getpid(), 9)  # a crashed process: SIGKILL, nothing cleaned up
+        kill_plan.maybe_kill(state.step, hvd.rank(), hvd.size())  # SIGKILL: nothing cleaned up
         if hvd.rank() == hvd.size() - 1 and state.step == raise_at:
             raise ValueError("counter_job: an ordinary bug at step %d" % raise_at)
         time.sleep(0.15)

@@ -3,8 +3,7 @@ over tape_data's epochs, the data re-sharded by tf_ring.elastic.shard_dataset,
 the weights and progress in a TensorFlowState committed every step. Prints
 START/STEP lines like counter_job.py and, at the end, the weights (which must
 equal tape_data.reference_weights() however the world changed).
-COUNTER_KILL_RANK_AT=k with COUNTER_MARKER=file SIGKILLs the last rank at
-global step k once per job, writing the time to the marker."""
+COUNTER_KILL_RANK_AT / COUNTER_MARKER: kill_plan.py."""
 import json
 import os
 import time
@@ -12,14 +11,13 @@ import time
 import tensorflow as tf
 
 import tf_ring as hvd
+import kill_plan
 from tape_data import EPOCHS, G, LR, N, epoch_dataset
 from tf_ring import elastic
 
 hvd.init()
 w = tf.Variable(tf.zeros([4, 1]))
 state = elastic.TensorFlowState([w], epoch=0, processed=0, step=0)
-kill_at = int(os.environ.get("COUNTER_KILL_RANK_AT", "-1"))
-marker = os.environ.get("COUNTER_MARKER")
 
 
 @tf.function
@@ -33,7 +31,8 @@ def train_step(x, y):
 
 @elastic.run
 def train(state):
-    print("START rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step, time.time()),
+    print("START rank=%d size=%d step=%d pid=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step,
+                                                           os.getpid(), time.time()),
           flush=True)
     per_rank = G // hvd.size()
     while state.epoch < EPOCHS:
@@ -44,11 +43,7 @@ def train(state):
             state.step += 1
             print("STEP rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step,
                                                            time.time()), flush=True)
-            if (hvd.rank() == hvd.size() - 1 and state.step == kill_at and marker
-                    and not os.path.exists(marker)):
-                with open(marker, "w") as f:
-                    f.write("%.6f\n" % time.time())
-                os.kill(os.getpid(), 9)
+            kill_plan.maybe_kill(state.step, hvd.rank(), hvd.size())
             time.sleep(0.1)
             state.commit()
         assert state.processed == N, state.processed

@@ -12,6 +12,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 JOBS = os.path.join(REPO, "tests", "elastic_jobs")
 COUNTER_JOB = os.path.join(JOBS, "counter_job.py")
 TAPE_JOB = os.path.join(JOBS, "tape_job.py")
+KERAS_JOB = os.path.join(JOBS, "keras_job.py")
 STEPS = 30  # counter_job's
 UNINTERRUPTED_TOTAL = sum(range(STEPS))  # what a run that nothing interrupts ends with
 
@@ -24,16 +25,19 @@ def discovery_script(directory, hostnames):
     return path
 
 
-def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB):
-    """tfringrun -np <hosts> --min-np min_np with a discovery script listing
-    every host. Returns (rc, [(time, 'out'|'err', line)]) in arrival order."""
+def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB,
+                recovery="restart", on_line=None, extra_args=()):
+    """tfringrun -np <hosts> --min-np min_np --recovery `recovery` with a
+    discovery script listing every host. Returns (rc, [(time, 'out'|'err',
+    line)]) in arrival order. on_line(line), if given, sees every line as it
+    arrives (from the reader threads)."""
     flags = hosts.launcher_flags(1)
     i = flags.index("-H")
     del flags[i:i + 2]  # the hosts come from the discovery script
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **job_env)
     cmd = [sys.executable, "-m", "tf_ring.run", "-np", str(hosts.n_hosts), "--min-np", str(min_np),
            "--host-discovery-script", discovery_script(directory, hosts.hostnames),
-           "--elastic-timeout", "10"] + flags  # a wrong blacklist fails fast, not in 600 s
+           "--elastic-timeout", "10", "--recovery", recovery] + list(extra_args) + flags  # a wrong blacklist fails fast, not in 600 s
     proc = subprocess.Popen(cmd + [sys.executable, job], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -43,6 +47,8 @@ def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB)
         for line in stream:
             with lock:
                 lines.append((time.time(), name, line.rstrip("\n")))
+            if on_line is not None:
+                on_line(line)
 
     readers = [threading.Thread(target=read, args=(s, n), daemon=True)
                for s, n in ((proc.stdout, "out"), (proc.stderr, "err"))]
@@ -71,15 +77,18 @@ def first(lines, prefix, after=0.0):
     return None, None
 
 
-def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB):
-    """Kills the last rank (SIGKILL) at step `kill_at`; returns (rc, lines,
+def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB, recovery="restart", min_np=None):
+    """Kills the last rank (SIGKILL) at step `kill_at` (or at each step of
+    "k1,k2": tests/elastic_jobs/kill_plan.py); returns (rc, lines,
     timings): seconds from the kill to the driver's relaunch, to the new
     world's START (processes started, TensorFlow imported, init, state synced
-    from the mirror) and to its first finished step."""
+    from the mirror; in-process: the survivors shrunk and synced) and to its
+    first finished step."""
     marker = os.path.join(directory, "killed")
-    rc, lines = run_counter(hosts, directory, min_np=hosts.n_hosts - 1,
+    rc, lines = run_counter(hosts, directory,
+                            min_np=hosts.n_hosts - 1 if min_np is None else min_np,
                             job_env={"COUNTER_KILL_RANK_AT": str(kill_at),
-                                     "COUNTER_MARKER": marker}, job=job)
+                                     "COUNTER_MARKER": marker}, job=job, recovery=recovery)
     timings = {}
     if os.path.exists(marker):
         with open(marker) as f:

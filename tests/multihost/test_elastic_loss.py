@@ -4,16 +4,27 @@ tf.function tape loop costs its host, not the job: the driver blacklists
 that host, relaunches on the other two, the job resumes from the last commit
 with the rest of the epoch re-sharded (tf_ring.elastic.shard_dataset) and
 ends 0 with the weights of an uninterrupted run (computed in NumPy);
+(a, --recovery in-process) the same kill costs no process: the survivors
+shrink their communicator (MPI ULFM) and go on in the same processes;
+(a, e) a Keras 3 model.fit job loses two ranks one after the other, 3 -> 2
+-> 1, in-process, and ends with the uninterrupted weights;
+(d) a host whose link goes down silently is declared lost by the heartbeat
+detector after --detection-timeout, and the survivors go on in-process;
+(a') a whole host killed (its Open MPI daemon too) in in-process mode ends
+mpirun's job, and the driver falls back to the coordinated restart on the
+hosts left: the job still ends 0 with the uninterrupted weights;
 (f) a rank raising an ordinary Python exception fails the job without a
 restart."""
 import json
 import re
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
-from multihost.elastic_runs import JOBS, TAPE_JOB, lost_rank, run_counter, text
+from multihost.elastic_runs import JOBS, KERAS_JOB, TAPE_JOB, lost_rank, run_counter, text
 from multihost.simulated_hosts import SimulatedHosts, namespaces_available
 
 sys.path.insert(0, JOBS)
@@ -42,6 +53,105 @@ def test_a_killed_rank_blacklists_its_host_and_the_job_ends_on_two(tmp_path):
     assert timings["first_step"] > 0
     print("kill -> first 2-rank step: %.1f s (relaunch %.1f s, synced %.1f s)"
           % (timings["first_step"], timings["relaunch"], timings["synced"]))
+
+
+def test_in_process_recovery_keeps_the_survivors_processes(tmp_path):
+    with SimulatedHosts(3) as hosts:
+        rc, lines, timings = lost_rank(hosts, str(tmp_path), kill_at=13, job=TAPE_JOB,
+                                       recovery="in-process")
+    out, err = text(lines, "out"), text(lines, "err")
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "recovered in-process and finished" in err, err[-5000:]
+    assert "elastic world 1" not in err, err[-5000:]  # no relaunch
+    starts = re.findall(r"START rank=(\d) size=(\d) step=(\d+) pid=(\d+)", out)
+    first_pids = {rank: pid for rank, size, _, pid in starts if size == "3"}
+    after = [(rank, step, pid) for rank, size, step, pid in starts if size == "2"]
+    assert len(first_pids) == 3 and len(after) == 2, out
+    # Shrinking keeps the order: old ranks 0 and 1 are new ranks 0 and 1, same processes.
+    for rank, step, pid in after:
+        assert pid == first_pids[rank], (rank, pid, first_pids)
+        assert 12 <= int(step) <= 13, out  # resumed at the last commit before the kill
+    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
+    assert sorted(e[:3] for e in ends) == [(str(r), "2", str(tape_data.STEPS)) for r in range(2)], out
+    expected = tape_data.reference_weights()
+    for _, _, _, weights in ends:
+        assert np.allclose(json.loads(weights), expected, rtol=1e-5, atol=1e-5), (weights, expected)
+    print("in-process: kill -> survivors synced %.2f s, -> first 2-rank step %.2f s"
+          % (timings["synced"], timings["first_step"]))
+
+
+def test_keras_fit_survives_two_losses_in_a_row_in_process(tmp_path):
+    with SimulatedHosts(3) as hosts:
+        rc, lines, _ = lost_rank(hosts, str(tmp_path), kill_at="8,15", job=KERAS_JOB,
+                                 recovery="in-process", min_np=1)
+    out, err = text(lines, "out"), text(lines, "err")
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "ranks were lost on simhost1, simhost2; the ranks left recovered in-process" in err, \
+        err[-5000:]
+    starts = re.findall(r"START rank=(\d) size=(\d) step=(\d+) pid=(\d+)", out)
+    pid_of_rank0 = {size: pid for rank, size, _, pid in starts if rank == "0"}
+    assert sorted(pid_of_rank0) == ["1", "2", "3"], out
+    assert len(set(pid_of_rank0.values())) == 1, starts  # one process from 3 ranks down to 1
+    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
+    assert [e[:3] for e in ends] == [("0", "1", str(tape_data.STEPS))], out
+    assert np.allclose(json.loads(ends[0][3]), tape_data.reference_weights(), rtol=1e-5,
+                       atol=1e-5), ends
+
+
+def test_a_whole_host_lost_in_process_mode_falls_back_to_a_restart(tmp_path):
+    with SimulatedHosts(3) as hosts:
+        killed = {}
+
+        def kill_host_at_step_8(line):
+            if line.startswith("STEP rank=0 size=3 step=8 ") and not killed:
+                killed["at"] = time.time()
+                killed["pids"] = hosts.kill_host("simhost2")  # its rank and its daemon
+
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={}, job=TAPE_JOB,
+                                recovery="in-process", on_line=kill_host_at_step_8)
+    out, err = text(lines, "out"), text(lines, "err")
+    assert killed and len(killed["pids"]) >= 2, killed  # more than the rank: its daemon too
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "ranks were lost on simhost2 (blacklisted); restarting (restart 1)" in err, err[-5000:]
+    assert "the job failed" not in err, err[-5000:]  # the world failed, not the job
+    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
+    assert sorted(e[:3] for e in ends) == [(str(r), "2", str(tape_data.STEPS)) for r in range(2)], out
+    for _, _, _, weights in ends:
+        assert np.allclose(json.loads(weights), tape_data.reference_weights(), rtol=1e-5,
+                           atol=1e-5), weights
+    starts = [float(l.split("t=")[1]) for _, _, l in lines
+              if l.startswith("START") and "size=2" in l]
+    print("whole host lost -> 2-rank world synced after %.1f s" % (min(starts) - killed["at"]))
+
+
+def test_a_silent_link_down_is_detected_and_survived_in_process(tmp_path):
+    with SimulatedHosts(3) as hosts:
+        cut = {}
+
+        def cut_the_link_at_step_8(line):
+            if line.startswith("STEP rank=0 size=3 step=8 ") and not cut:
+                cut["at"] = time.time()  # no process dies, no socket closes
+                subprocess.run(["ip", "link", "set", hosts.netns("simhost2"), "down"], check=True)
+
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={}, job=TAPE_JOB,
+                                recovery="in-process", on_line=cut_the_link_at_step_8,
+                                extra_args=["--detection-timeout", "5"], timeout=120)
+        ended = time.time()
+        left = {h: hosts.pids_on(h) for h in ("simhost0", "simhost1")}
+    out, err = text(lines, "out"), text(lines, "err")
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "ranks were lost on simhost2; the ranks left recovered in-process" in err, err[-5000:]
+    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
+    assert sorted(e[:3] for e in ends) == [(str(r), "2", str(tape_data.STEPS)) for r in range(2)], out
+    for _, _, _, weights in ends:
+        assert np.allclose(json.loads(weights), tape_data.reference_weights(), rtol=1e-5,
+                           atol=1e-5), weights
+    resumed = [t for t, _, l in lines if l.startswith("START") and "size=2" in l]
+    detected = min(resumed) - cut["at"]
+    assert detected < 5 + 5, detected  # the timeout, plus a beat and the shrink
+    assert ended - max(t for t, _, l in lines if l.startswith("END")) < 30  # mpirun was ended
+    assert left == {"simhost0": [], "simhost1": []}, left  # no daemon or rank left behind
+    print("link down -> survivors synced after %.1f s (--detection-timeout 5)" % detected)
 
 
 def test_a_python_exception_in_a_rank_is_no_host_loss(tmp_path):

@@ -21,7 +21,7 @@ POLL_S = 1.0
 
 
 def add_arguments(parser):
-    group = parser.add_argument_group("elastic training (coordinated restart; docs/elastic.md)")
+    group = parser.add_argument_group("elastic training (docs/elastic.md)")
     group.add_argument("--min-np", type=int, default=None, metavar="N",
                        help="run elastically: keep going while at least N ranks can run")
     group.add_argument("--max-np", type=int, default=None, metavar="N",
@@ -36,6 +36,16 @@ def add_arguments(parser):
                        help="fail after R restarts")
     group.add_argument("--blacklist-cooldown-range", type=float, nargs=2, default=None,
                        metavar=("MIN", "MAX"), help="seconds a failed host stays out")
+    group.add_argument("--recovery", choices=("restart", "in-process"), default="restart",
+                       help="what a lost rank costs: 'restart' relaunches every rank from the "
+                            "in-memory mirror; 'in-process' keeps the survivors' processes (MPI "
+                            "ULFM: mpirun --with-ft ulfm, MPI over TCP, no shared-memory "
+                            "allreduce). Default: restart")
+    group.add_argument("--detection-timeout", type=float, default=10.0, metavar="S",
+                       help="--recovery in-process: a rank silent for S seconds (its host's "
+                            "link down, the host frozen) is declared lost (Open MPI's heartbeat "
+                            "detector, a beat every S/3 s). Lower finds a silent loss sooner but "
+                            "may declare a rank on an overloaded host dead. Default: 10")
 
 
 def is_elastic(args):
@@ -54,6 +64,29 @@ def check_arguments(args, error):
         error("elastic runs need --host-discovery-script or a fixed -H/--hostfile list")
     if args.slots_per_host < 1:
         error("--slots-per-host must be at least 1")
+    if args.detection_timeout <= 0:
+        error("--detection-timeout must be positive")
+    if args.recovery == "in-process":
+        args.mpi_args = " ".join([args.mpi_args, *IN_PROCESS_MPI_ARGS,
+                                  *detector_arguments(args.detection_timeout)]).strip()
+
+
+# ULFM needs both: without --with-ft a lost rank aborts the job, and with the
+# shared-memory BTL a survivor can hang on the dead rank.
+IN_PROCESS_MPI_ARGS = ("--with-ft", "ulfm", "--mca", "btl", "tcp,self")
+
+
+def detector_arguments(timeout):
+    """Open MPI's heartbeat failure detector: without it a rank whose host
+    goes silent (no closed socket) is never declared lost. Its period must be
+    under a third of the timeout."""
+    return ("--mca", "mpi_ft_detector", "true",
+            "--mca", "mpi_ft_detector_timeout", "%g" % timeout,
+            "--mca", "mpi_ft_detector_period", "%.3g" % (timeout / 3.5))
+
+
+def in_process(args):
+    return getattr(args, "recovery", "restart") == "in-process"
 
 
 class Driver:
@@ -89,6 +122,8 @@ class Driver:
         path, secret = notices.make_job_dir(base, job)
         env = dict(self.env, TF_RING_ELASTIC_DIR=path, TF_RING_ELASTIC_SECRET=secret,
                    TF_RING_ELASTIC_STATE_DIR=path)
+        if in_process(self.args):
+            env.update(TF_RING_ULFM="1", TF_RING_ELASTIC_MIN_NP=str(self.args.min_np))
         try:
             return self._loop(env, path, secret)
         finally:
@@ -120,6 +155,11 @@ class Driver:
                 stop.set()
                 poller.join()
             if rc == 0 and not lost:
+                return 0
+            if rc == 0 and in_process(self.args):
+                # Survived in-process: the ranks left finished the job.
+                print("tfringrun: ranks were lost on %s; the ranks left recovered in-process "
+                      "and finished" % ", ".join(sorted(lost)), file=self.out)
                 return 0
             if rc == EXIT_HOSTS_UPDATED and not lost:
                 reason = "hosts were added"

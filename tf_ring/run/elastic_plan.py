@@ -83,9 +83,44 @@ def judge_world(rc, ended, end_order, silent, named_hosts, host_of, mpi_errors=(
         return EXIT_HOSTS_UPDATED, set()
     if codes and codes[0] < 128 and codes[0] != EXIT_HOSTS_UPDATED and not named_hosts:
         return rc or codes[0], set()
-    if killed:
-        # A rank's wrapper reported its kill, so hosts were up to report;
-        # ranks that then said nothing were cut off by mpirun's teardown
-        # (seen on the simulated hosts: rank 0 silent after rank 2's kill).
+    if killed or named_hosts:
+        # A rank's wrapper reported its kill, so hosts were up to report, or
+        # mpirun named the host it lost: ranks that said nothing else were
+        # cut off by mpirun's teardown (seen on the simulated hosts: rank 0
+        # silent after rank 2's kill; no rank reporting after a host's
+        # daemon was killed).
         silent = []
     return rc, set(named_hosts) | {host_of(r) for r in list(silent) + killed}
+
+
+def judge_in_process_world(ended, end_order, silent, named_hosts, host_of):
+    """(rc, lost hosts) for a world run with --recovery in-process, where
+    survivors carry on after a rank dies and mpirun's own code says little.
+
+    Lost: ranks killed by a signal (code >= 128) and ranks that never
+    reported (their host went away). The survivors' codes decide: all 0 ->
+    0 (the job finished on the ranks left); 0 or EXIT_HOSTS_UPDATED -> a
+    relaunch at a new size; a survivor's ordinary failure -> that failure.
+    Survivors that mpirun stopped ("stopped": a lost host's daemon took the
+    job down) leave it to the coordinated restart: (1, lost)."""
+    killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
+    # When mpirun names the host it lost, the other silent ranks were only cut
+    # off by its teardown (seen on the simulated hosts: a killed host's
+    # daemon ended the job, and no rank reported an end).
+    lost = set(named_hosts) | {host_of(r) for r in killed + ([] if named_hosts else list(silent))}
+    stopped = [r for r, (kind, _) in ended.items() if kind == "stopped"]
+    codes = [ended[r][1] for r in end_order if ended[r][0] == "exit" and ended[r][1] < 128]
+    failures = [c for c in codes if c not in (0, EXIT_HOSTS_UPDATED)]
+    if failures:
+        return failures[0], set()
+    if codes and not stopped:
+        return (0 if all(c == 0 for c in codes) else EXIT_HOSTS_UPDATED), lost
+    return 1, lost  # lost with nobody finishing: the driver restarts on the rest
+
+
+def survivors_finished(ended, expected):
+    """True when `expected` ranks (the world's size after its last shrink)
+    have ended on their own: under ULFM mpirun may wait for the dead ranks'
+    hosts forever, so the launcher ends it then."""
+    done = sum(1 for kind, code in ended.values() if kind == "exit" and code < 128)
+    return done >= expected

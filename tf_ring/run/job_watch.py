@@ -34,8 +34,13 @@ TF_GPU_PROBE_NOISE = re.compile(
     rb"CUDA_ERROR_NO_DEVICE|no CUDA-capable device)[^\n]*)\r?\n", re.MULTILINE)
 
 
-def rank_wrapper(token):
+def rank_wrapper(token, die_like_the_rank=False):
     """The sh script every rank runs under ("$@" is the user's command).
+
+    die_like_the_rank: a rank killed by a signal takes its shell down with
+    SIGKILL after reporting, instead of exiting with 128+signal. Under ULFM
+    (--recovery in-process) mpirun ends the whole job when a rank exits with
+    a non-zero code, but lets the survivors go on when one dies of a signal.
 
     The shell's own stderr goes to /dev/null (dash would print "Terminated"
     for every rank the teardown stops); the program and the status lines
@@ -50,7 +55,9 @@ def rank_wrapper(token):
             '(exec 2>&3 3>&-; exec "$@"); rc=$?; '
             'if [ -n "$stopped" ]; then ' + status + ' stopped $r $rc" >&3; exit $rc; fi; '
             'if [ $rc -ne 0 ]; then echo "tfringrun: rank $r exited with code $rc" >&3; fi; '
-            + status + ' exit $r $rc" >&3; exit $rc')
+            + status + ' exit $r $rc" >&3; '
+            + ('if [ $rc -ge 128 ]; then kill -KILL $$; fi; ' if die_like_the_rank else '')
+            + 'exit $rc')
 
 
 class JobWatch(object):

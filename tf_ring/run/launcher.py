@@ -182,7 +182,8 @@ def build_command(args, is_root=None, cores=None, environ=None, token="job"):
     cmd += ["--bind-to", args.bind_to]
     cmd += _network_arguments(args)
     cmd += shlex.split(args.mpi_args)
-    wrapper = (_SHARE_GPU_PREFIX if getattr(args, "share_gpu", False) else "") + job_watch.rank_wrapper(token)
+    wrapper = (_SHARE_GPU_PREFIX if getattr(args, "share_gpu", False) else "") + job_watch.rank_wrapper(
+        token, die_like_the_rank=elastic_driver.in_process(args))
     cmd += ["sh", "-c", wrapper, "tfringrun-rank"] + list(args.command)
     return cmd
 
@@ -271,7 +272,19 @@ def _run_world(world, env, token, cleanup):
     planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
     watch = job_watch.JobWatch(token, world.np, {rank: host for rank, host, _ in planned},
                                drop_tf_gpu_probe=_drops_tf_gpu_probe(world))
-    rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup, say_failed=False)
+    finished = None
+    if elastic_driver.in_process(world):
+        size_file = os.path.join(env["TF_RING_ELASTIC_DIR"], "world_size")
+        if os.path.exists(size_file):
+            os.remove(size_file)  # a shrunk size from the last world is not this one's
+        finished = lambda: elastic_plan.survivors_finished(  # noqa: E731
+            dict(watch.ended), _read_int(size_file, world.np))
+    rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup, say_failed=False,
+                  finished=finished)
+    if finished is not None:
+        return elastic_plan.judge_in_process_world(dict(watch.ended), list(watch.end_order),
+                                                   watch.lost_ranks(), watch.mpirun_named_hosts(),
+                                                   watch.host_of)
     rc, lost = elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
                                         watch.lost_ranks(), watch.mpirun_named_hosts(),
                                         watch.host_of, watch.mpi_error_ranks())
@@ -300,6 +313,9 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # After asking mpirun to stop, how long to wait before killing it outright:
 # while a daemon is still starting, mpirun ignores SIGTERM.
 _STOP_GRACE_S = 10.0
+# Every rank of a fault-tolerant world ended but mpirun did not: how long to
+# let it exit on its own first.
+_FINISH_GRACE_S = 3.0
 
 
 def _descendants(pid):
@@ -335,10 +351,22 @@ def _kill_tree(proc):
     _kill(_descendants(proc.pid) + [proc.pid])
 
 
-def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_failed=True):
+def _read_int(path, default):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return default
+
+
+def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_failed=True,
+             finished=None):
     """Runs mpirun; `cleanup(hosts, mpirun_pid)` then stops daemons left on
     hosts where no rank started. say_failed=False leaves the generic "job
-    failed" line to the caller (an elastic world may end in a restart)."""
+    failed" line to the caller (an elastic world may end in a restart).
+    `finished()` True: the ranks are done though mpirun may not know (under
+    ULFM it has been seen to wait for a lost rank); mpirun is stopped after
+    _FINISH_GRACE_S."""
     received, started = [], []
 
     def forward(signum, _frame):
@@ -362,10 +390,16 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_fai
                 pumps.append(threading.Thread(target=watch.pump, daemon=True, args=(
                     stream.fileno(), getattr(out, "buffer", out))))
                 pumps[-1].start()
-        launched, stop_asked, stuck_agents = time.time(), None, []
+        launched, stop_asked, stuck_agents, done_at = time.time(), None, [], None
+        stop_grace = _STOP_GRACE_S
         while proc.poll() is None:
             time.sleep(0.1)
             now = time.time()
+            if finished is not None and stop_asked is None and finished():
+                done_at = done_at or now
+                if now - done_at > _FINISH_GRACE_S:
+                    stop_asked, stop_grace = now, _FINISH_GRACE_S  # nothing left to save
+                    proc.terminate()
             if (watch and not start_timed_out and not watch.all_started()
                     and now - launched > start_timeout):
                 start_timed_out, stop_asked = True, now
@@ -374,7 +408,7 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_fai
                 proc.terminate()
             if received and stop_asked is None:
                 stop_asked = now
-            if stop_asked is not None and now - stop_asked > _STOP_GRACE_S:
+            if stop_asked is not None and now - stop_asked > stop_grace:
                 _kill_tree(proc)
         rc = proc.wait()
         _kill(stuck_agents)
@@ -398,6 +432,10 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_fai
     message = None
     if watch:
         rc, message = watch.verdict(rc)
+    if message and not say_failed:
+        # An elastic world: the driver says whether the job failed or restarts.
+        message = "\n".join(l for l in message.splitlines()
+                             if not l.startswith("tfringrun: the job failed")) or None
     if message:
         print(message, file=sys.stderr)
     elif rc != 0 and say_failed:
