@@ -169,6 +169,9 @@ def test_an_in_process_world_is_judged_by_its_survivors():
     # Too few left: the survivors ask for a relaunch.
     ended = {2: ("exit", 137), 0: ("exit", EXIT_HOSTS_UPDATED), 1: ("exit", EXIT_HOSTS_UPDATED)}
     assert judge(ended, [2, 0, 1], [], [], host_of) == (EXIT_HOSTS_UPDATED, {"c"})
+    # Hosts were added: the first rank to leave with 75 makes mpirun stop the rest.
+    ended = {0: ("exit", EXIT_HOSTS_UPDATED), 1: ("stopped", 143), 2: ("stopped", 143)}
+    assert judge(ended, [0, 1, 2], [], [], host_of) == (EXIT_HOSTS_UPDATED, set())
     # A lost host's daemon took mpirun's job down: the others were stopped.
     ended = {0: ("stopped", 143), 1: ("stopped", 143)}
     assert judge(ended, [0, 1], [2], ["c"], host_of) == (1, {"c"})

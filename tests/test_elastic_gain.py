@@ -1,7 +1,8 @@
 """tfringrun's coordinated restart with real processes on this machine:
 discovery grows from 2 to 3 slots mid-run, every rank leaves at a commit and
 the job goes on at 3 ranks from the mirrored commit, with the counter's
-total equal to an uninterrupted run's."""
+total equal to an uninterrupted run's. Growing is a coordinated restart in
+both recovery modes, so both are run."""
 import os
 import re
 import subprocess
@@ -9,12 +10,15 @@ import sys
 import threading
 import time
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB = os.path.join(REPO, "tests", "elastic_jobs", "counter_job.py")
 EXPECTED_TOTAL = sum(range(30))  # the uninterrupted result
 
 
-def test_gain_relaunches_at_three_ranks_from_the_last_commit(tmp_path):
+@pytest.mark.parametrize("recovery", ["restart", "in-process"])
+def test_gain_relaunches_at_three_ranks_from_the_last_commit(tmp_path, recovery):
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:2\n")
     found = tmp_path / "discover.sh"
@@ -23,7 +27,7 @@ def test_gain_relaunches_at_three_ranks_from_the_last_commit(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.Popen([sys.executable, "-m", "tf_ring.run", "-np", "2", "--min-np", "2",
                              "--max-np", "3", "--host-discovery-script", str(found),
-                             "--oversubscribe", sys.executable, JOB],
+                             "--recovery", recovery, "--oversubscribe", sys.executable, JOB],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=open(tmp_path / "err", "w"),
                             text=True)
     lines = []

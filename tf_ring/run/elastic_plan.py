@@ -98,9 +98,9 @@ def judge_in_process_world(ended, end_order, silent, named_hosts, host_of):
     survivors carry on after a rank dies and mpirun's own code says little.
 
     Lost: ranks killed by a signal (code >= 128) and ranks that never
-    reported (their host went away). The survivors' codes decide: all 0 ->
-    0 (the job finished on the ranks left); 0 or EXIT_HOSTS_UPDATED -> a
-    relaunch at a new size; a survivor's ordinary failure -> that failure.
+    reported (their host went away). The survivors' codes decide: a
+    survivor's ordinary failure -> that failure; any EXIT_HOSTS_UPDATED -> a
+    relaunch at a new size; all 0 -> 0 (the job finished on the ranks left).
     Survivors that mpirun stopped ("stopped": a lost host's daemon took the
     job down) leave it to the coordinated restart: (1, lost)."""
     killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
@@ -113,8 +113,12 @@ def judge_in_process_world(ended, end_order, silent, named_hosts, host_of):
     failures = [c for c in codes if c not in (0, EXIT_HOSTS_UPDATED)]
     if failures:
         return failures[0], set()
+    if EXIT_HOSTS_UPDATED in codes:
+        # Ranks asked for a relaunch at a new size; mpirun may stop the rest
+        # as soon as the first leaves.
+        return EXIT_HOSTS_UPDATED, lost
     if codes and not stopped:
-        return (0 if all(c == 0 for c in codes) else EXIT_HOSTS_UPDATED), lost
+        return 0, lost
     return 1, lost  # lost with nobody finishing: the driver restarts on the rest
 
 
