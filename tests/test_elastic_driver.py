@@ -187,10 +187,14 @@ def test_mpirun_is_stopped_only_when_the_shrunk_world_has_ended():
     assert not done({2: ("exit", 137), 0: ("exit", 0), 1: ("exit", 0)}, 3)
 
 
-def test_in_process_recovery_on_one_host(tmp_path):
+@pytest.mark.parametrize("where", ["in-commit", "in-step", "in-xla-step"])
+def test_in_process_recovery_on_one_host(tmp_path, where):
     """The same machine, 3 ranks, no namespaces needed: rank 2 SIGKILLs
-    itself at step 5 of the tape job; ranks 0 and 1 go on in the same
-    processes and end with the weights of an uninterrupted run."""
+    itself at step 5 of the tape job, so the others meet the loss in their
+    commit's broadcast, inside their tf.function step (where TensorFlow turns
+    the error into an InternalError) or inside an XLA-compiled step; ranks 0
+    and 1 go on in the same processes and end with the weights of an
+    uninterrupted run."""
     import json
     import re
     import numpy as np
@@ -199,7 +203,9 @@ def test_in_process_recovery_on_one_host(tmp_path):
     import tape_data
     discover = script(tmp_path, "echo localhost:3\n")
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", COUNTER_KILL_RANK_AT="5",
-               COUNTER_MARKER=str(tmp_path / "killed"))
+               COUNTER_MARKER=str(tmp_path / "killed"),
+               TAPE_KILL_INSIDE_STEP="0" if where == "in-commit" else "1",
+               TAPE_JIT="1" if where == "in-xla-step" else "0")
     done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "3", "--min-np", "2",
                            "--host-discovery-script", discover, "--recovery", "in-process",
                            sys.executable, os.path.join(jobs, "tape_job.py")],
@@ -242,5 +248,6 @@ def test_only_a_lost_rank_error_counts_as_one():
     text = "tf_ring lost a rank (rank 2 of the old world): its process or host is gone."
     assert in_process.is_lost_rank_error(tf.errors.UnavailableError(None, None, text))
     assert in_process.is_lost_rank_error(RuntimeError(text))  # the engine binding's form
+    assert in_process.is_lost_rank_error(tf.errors.InternalError(None, None, text))  # tf.function
     assert not in_process.is_lost_rank_error(tf.errors.UnavailableError(None, None, "socket"))
     assert not in_process.is_lost_rank_error(ValueError(text))  # the program's own error

@@ -20,7 +20,12 @@ w = tf.Variable(tf.zeros([4, 1]))
 state = elastic.TensorFlowState([w], epoch=0, processed=0, step=0)
 
 
-@tf.function
+# TAPE_KILL_INSIDE_STEP=1: a planned kill comes just before the step, not after it.
+inside_step = os.environ.get("TAPE_KILL_INSIDE_STEP") == "1"
+
+
+# TAPE_JIT=1 compiles the step with XLA: the gradients' allreduce is a custom call.
+@tf.function(jit_compile=os.environ.get("TAPE_JIT") == "1")
 def train_step(x, y):
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
@@ -38,12 +43,15 @@ def train(state):
     while state.epoch < EPOCHS:
         data = elastic.shard_dataset(epoch_dataset(state.epoch), state.processed).batch(per_rank)
         for x, y in data:
+            if inside_step:  # the others meet the loss inside their next step
+                kill_plan.maybe_kill(state.step + 1, hvd.rank(), hvd.size())
             train_step(x, y)
             state.processed += elastic.samples_per_step(per_rank)
             state.step += 1
             print("STEP rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step,
                                                            time.time()), flush=True)
-            kill_plan.maybe_kill(state.step, hvd.rank(), hvd.size())
+            if not inside_step:  # the others meet the loss in their next commit
+                kill_plan.maybe_kill(state.step, hvd.rank(), hvd.size())
             time.sleep(0.1)
             state.commit()
         assert state.processed == N, state.processed

@@ -25,12 +25,15 @@ def fault_tolerant():
 
 def is_lost_rank_error(error):
     """True for the error a collective raises when a rank was lost: a
-    TensorFlow UnavailableError (or the engine binding's RuntimeError) whose
-    text says so. Other errors are the program's own and must propagate."""
+    TensorFlow error (or the engine binding's RuntimeError) whose text says
+    so. Eagerly it is an UnavailableError; inside a tf.function TensorFlow
+    turns an op's UnavailableError into an InternalError ("to avoid invoking
+    TF network error handling logic"), so the text decides, not the class.
+    Other errors are the program's own and must propagate."""
     if LOST_RANK_TEXT not in str(error):
         return False
     import tensorflow as tf
-    return isinstance(error, (tf.errors.UnavailableError, RuntimeError))
+    return isinstance(error, (tf.errors.OpError, RuntimeError))
 
 
 def shrink_and_restart():
