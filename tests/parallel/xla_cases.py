@@ -401,6 +401,17 @@ def test_compiled_collectives_after_a_rank_joined():
     assert hvd.join() in range(1, size)
 
 
+def _restart_engine_together():
+    """shutdown() + init() with the new settings, once every rank is done
+    with the engine before: a rank still starting the previous engine would
+    otherwise take this rank's shutdown as its own (seen when this file's
+    stall tests ran first, alone)."""
+    from mpi4py import MPI  # tf_ring has initialised MPI by now
+    MPI.COMM_WORLD.Barrier()
+    hvd.shutdown()
+    hvd.init()
+
+
 def test_stall_inside_a_compiled_step_is_warned(capfd):
     """The last rank reaches the compiled step 2 s late: rank 0's stall
     inspector names the compiled collective and the missing rank while the
@@ -410,8 +421,7 @@ def test_stall_inside_a_compiled_step_is_warned(capfd):
     last = hvd.size() - 1
     os.environ["TF_RING_STALL_CHECK_TIME_SECONDS"] = "0.2"
     try:
-        hvd.shutdown()
-        hvd.init()
+        _restart_engine_together()
         step = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="xla.stalled"),
                            jit_compile=True)
         if hvd.rank() == last:
@@ -427,5 +437,40 @@ def test_stall_inside_a_compiled_step_is_warned(capfd):
             assert any(last in m for m in missing), seen[-2000:]
     finally:
         os.environ.pop("TF_RING_STALL_CHECK_TIME_SECONDS")
+        hvd.shutdown()
+        hvd.init()
+
+
+def test_stall_shutdown_inside_a_compiled_step_fails_it_on_every_rank():
+    """TF_RING_STALL_SHUTDOWN_TIME_SECONDS inside XLA: the last rank never
+    runs the compiled step; the others, waiting inside its custom call, fail
+    with the stall's reason naming the tensor, and the last rank's engine
+    stops too, saying why. Nobody hangs."""
+    import os
+    import time
+    last = hvd.size() - 1
+    os.environ["TF_RING_STALL_CHECK_TIME_SECONDS"] = "0.2"
+    os.environ["TF_RING_STALL_SHUTDOWN_TIME_SECONDS"] = "1"
+    try:
+        _restart_engine_together()
+        step = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="xla.never_on_last"),
+                           jit_compile=True)
+        start = time.monotonic()
+        if hvd.rank() != last:
+            with pytest.raises(tf.errors.OpError) as failed:
+                step(tf.ones([4]))
+            message = failed.value.message
+        else:
+            while hvd.is_initialized() and time.monotonic() - start < 60:
+                time.sleep(0.05)
+            with pytest.raises(tf.errors.OpError) as failed:
+                hvd.allreduce(tf.ones([4]), name="xla.after_the_stall")
+            message = failed.value.message
+            assert "shut down" in message, message
+        assert "stalled collective" in message and "xla.never_on_last" in message, message
+        assert time.monotonic() - start < 30
+    finally:
+        os.environ.pop("TF_RING_STALL_CHECK_TIME_SECONDS")
+        os.environ.pop("TF_RING_STALL_SHUTDOWN_TIME_SECONDS")
         hvd.shutdown()
         hvd.init()
