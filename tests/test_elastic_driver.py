@@ -223,6 +223,25 @@ def test_in_process_recovery_on_one_host(tmp_path, where):
         assert np.allclose(json.loads(weights), tape_data.reference_weights(), atol=1e-5)
 
 
+def test_in_process_recovery_renumbers_the_process_sets(tmp_path):
+    """Sets {0,1}, {0,2}, {1,2} on 3 ranks; rank 2 dies at step 5. The
+    survivors' sets become [0, 1], [0] and [1] (the same objects), and every
+    later step's allreduce in each set sums to the set's new size."""
+    jobs = os.path.join(REPO, "tests", "elastic_jobs")
+    discover = script(tmp_path, "echo localhost:3\n")
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", COUNTER_KILL_RANK_AT="5",
+               COUNTER_MARKER=str(tmp_path / "killed"), COUNTER_SETS="1")
+    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "3", "--min-np", "2",
+                           "--host-discovery-script", discover, "--recovery", "in-process",
+                           sys.executable, os.path.join(jobs, "counter_job.py")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert "recovered in-process and finished" in done.stderr
+    for rank in (0, 1):
+        assert "SETS rank=%d [[0, 1], [0], [1]]" % rank in done.stdout, done.stdout[-3000:]
+        assert "END rank=%d size=2 step=30 total=%d" % (rank, sum(range(30))) in done.stdout
+
+
 def test_in_process_below_min_np_fails_naming_the_minimum(tmp_path):
     """2 ranks, --min-np 2: rank 1 is killed, the survivor alone is below the
     minimum, so it exits for a relaunch, and with no other host the driver

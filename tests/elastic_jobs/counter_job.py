@@ -14,7 +14,12 @@ import tf_ring as hvd
 from tf_ring import elastic
 
 STEPS = 30
-hvd.init()
+# COUNTER_SETS=1: every pair of the first 3 ranks is a process set, and each
+# step also sums a 1 over every set this rank is in (which must give the
+# set's size, also after a shrink renumbered the sets).
+pairs = [hvd.ProcessSet(p) for p in ([0, 1], [0, 2], [1, 2])] \
+    if os.environ.get("COUNTER_SETS") == "1" else []
+hvd.init(process_sets=pairs or None)
 state = elastic.ObjectState(step=0, total=0)
 raise_at = int(os.environ.get("COUNTER_RAISE_RANK_AT", "-1"))
 
@@ -26,6 +31,11 @@ def train(state):
     while state.step < STEPS:
         size = int(hvd.allreduce(tf.constant(1.0), op=hvd.Sum, name="count").numpy())
         assert size == hvd.size()
+        for i, ps in enumerate(pairs):
+            if ps.process_set_id is not None and ps.included():
+                got = int(hvd.allreduce(tf.constant(1.0), op=hvd.Sum, process_set=ps,
+                                        name="pair%d" % i).numpy())
+                assert got == ps.size(), (ps, got)
         state.total += state.step
         state.step += 1
         print("STEP rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), size, state.step, time.time()),
@@ -38,5 +48,8 @@ def train(state):
 
 
 train(state)
+if pairs:
+    print("SETS rank=%d %s" % (hvd.rank(), [ps.ranks if ps.process_set_id is not None else None
+                                          for ps in pairs]), flush=True)
 print("END rank=%d size=%d step=%d total=%d" % (hvd.rank(), hvd.size(), state.step, state.total),
       flush=True)

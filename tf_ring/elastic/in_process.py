@@ -7,7 +7,7 @@ TensorFlow UnavailableError that says "tf_ring lost a rank". `run` reads that
 as HorovodInternalError, restores the last commit and resets with
 `shrink_and_restart()`: the engine stops, the survivors shrink the
 communicator to the ranks left (MPIX_Comm_shrink, collective over them) and
-start a new engine on it. The processes, their graphs and memory stay.
+start a new engine on it, with the registered process sets renumbered to it. The processes, their graphs and memory stay.
 """
 import os
 
@@ -40,10 +40,17 @@ def shrink_and_restart():
     """Every survivor calls this together: stops the engine, shrinks its
     communicator to the ranks still alive and starts a new engine on it."""
     from mpi4py import MPI
+    from tf_ring import process_set as sets
     old = basics._engine_comm if basics._engine_comm is not None else MPI.COMM_WORLD
+    # The engine has stopped, so it lists no sets: take the Python registry.
+    registered = [objects[0] for _, objects in sorted(sets._registered.items())]
+    dynamic = sets._dynamic
     basics.shutdown()
     shrunk = old.Shrink()  # fault-tolerant collective over the survivors
-    basics.init(comm=shrunk)
+    kept = _renumber(registered, old, shrunk)
+    basics.init(comm=shrunk, process_sets="dynamic" if dynamic else kept)
+    for ps in kept if dynamic else ():
+        sets.add_process_set(ps)
     if old is not MPI.COMM_WORLD:
         try:
             old.Free()
@@ -56,6 +63,25 @@ def shrink_and_restart():
         # hosts (--elastic-timeout) from the mirrored commit, or fails.
         from tf_ring.elastic import restart
         restart.exit_for_relaunch()
+
+
+def _renumber(registered, old, shrunk):
+    """The user's ProcessSet objects, their ranks renumbered to the shrunk
+    communicator (shrinking keeps the order) and the lost ranks left out;
+    a set with no rank left is dropped (its object stays unregistered, so
+    using it says so)."""
+    from mpi4py import MPI
+    old_group, new_group = old.Get_group(), shrunk.Get_group()
+    kept = []
+    for ps in registered:
+        ranks = MPI.Group.Translate_ranks(old_group, list(ps.ranks), new_group)
+        ps._ranks = [r for r in ranks if r != MPI.UNDEFINED]
+        ps.mpi_comm = None  # built on the old communicator
+        if ps._ranks:
+            kept.append(ps)
+    old_group.Free()
+    new_group.Free()
+    return kept
 
 
 def _tell_driver(size):
