@@ -26,17 +26,17 @@ def discovery_script(directory, hostnames):
 
 
 def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB,
-                recovery="restart", on_line=None, extra_args=()):
+                recovery="restart", on_line=None, extra_args=(), discovery=None):
     """tfringrun -np <hosts> --min-np min_np --recovery `recovery` with a
     discovery script listing every host. Returns (rc, [(time, 'out'|'err',
     line)]) in arrival order. on_line(line), if given, sees every line as it
-    arrives (from the reader threads)."""
+    arrives (from the reader threads). discovery: another discovery script."""
     flags = hosts.launcher_flags(1)
     i = flags.index("-H")
     del flags[i:i + 2]  # the hosts come from the discovery script
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **job_env)
     cmd = [sys.executable, "-m", "tf_ring.run", "-np", str(hosts.n_hosts), "--min-np", str(min_np),
-           "--host-discovery-script", discovery_script(directory, hosts.hostnames),
+           "--host-discovery-script", discovery or discovery_script(directory, hosts.hostnames),
            "--elastic-timeout", "10", "--recovery", recovery] + list(extra_args) + flags  # a wrong blacklist fails fast, not in 600 s
     proc = subprocess.Popen(cmd + [sys.executable, job], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
