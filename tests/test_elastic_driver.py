@@ -172,6 +172,9 @@ def test_an_in_process_world_is_judged_by_its_survivors():
     # Hosts were added: the first rank to leave with 75 makes mpirun stop the rest.
     ended = {0: ("exit", EXIT_HOSTS_UPDATED), 1: ("stopped", 143), 2: ("stopped", 143)}
     assert judge(ended, [0, 1, 2], [], [], host_of) == (EXIT_HOSTS_UPDATED, set())
+    # ... or killed them before they could report (seen on the simulated hosts).
+    assert judge({1: ("exit", EXIT_HOSTS_UPDATED)}, [1], [0], [], host_of) == \
+        (EXIT_HOSTS_UPDATED, set())
     # A lost host's daemon took mpirun's job down: the others were stopped.
     ended = {0: ("stopped", 143), 1: ("stopped", 143)}
     assert judge(ended, [0, 1], [2], ["c"], host_of) == (1, {"c"})

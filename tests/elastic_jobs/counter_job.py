@@ -1,17 +1,20 @@
 """A training loop for the elastic launcher tests: 30 committed steps of
 an ObjectState counter, one allreduce each. Prints START (where this world
-began) and END lines; the final total is sum(range(30)) however often the
+began, after the state's sync), BOOT (when the process began and when
+init() returned) and END lines; the final total is sum(range(30)) however often the
 job was relaunched, if every relaunch resumed from the last commit.
 COUNTER_KILL_RANK_AT / COUNTER_MARKER kill ranks (kill_plan.py); COUNTER_RAISE_RANK_AT=k
 makes the last rank raise an ordinary ValueError at step k."""
 import os
 import time
 
-import tensorflow as tf
+BOOTED = time.time()  # before TensorFlow's import: when the process began
 
-import kill_plan
-import tf_ring as hvd
-from tf_ring import elastic
+import tensorflow as tf  # noqa: E402
+
+import kill_plan  # noqa: E402
+import tf_ring as hvd  # noqa: E402
+from tf_ring import elastic  # noqa: E402
 
 STEPS = 30
 # COUNTER_SETS=1: every pair of the first 3 ranks is a process set, and each
@@ -20,6 +23,8 @@ STEPS = 30
 pairs = [hvd.ProcessSet(p) for p in ([0, 1], [0, 2], [1, 2])] \
     if os.environ.get("COUNTER_SETS") == "1" else []
 hvd.init(process_sets=pairs or None)
+print("BOOT rank=%d size=%d booted=%.3f initialized=%.3f" % (hvd.rank(), hvd.size(), BOOTED,
+                                                             time.time()), flush=True)
 state = elastic.ObjectState(step=0, total=0)
 raise_at = int(os.environ.get("COUNTER_RAISE_RANK_AT", "-1"))
 

@@ -114,9 +114,9 @@ def judge_in_process_world(ended, end_order, silent, named_hosts, host_of):
     if failures:
         return failures[0], set()
     if EXIT_HOSTS_UPDATED in codes:
-        # Ranks asked for a relaunch at a new size; mpirun may stop the rest
-        # as soon as the first leaves.
-        return EXIT_HOSTS_UPDATED, lost
+        # Ranks asked for a relaunch at a new size; mpirun may stop or kill
+        # the rest as soon as the first leaves, so the silent ones are not lost.
+        return EXIT_HOSTS_UPDATED, set(named_hosts) | {host_of(r) for r in killed}
     if codes and not stopped:
         return 0, lost
     return 1, lost  # lost with nobody finishing: the driver restarts on the rest
