@@ -37,7 +37,8 @@ def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB,
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **job_env)
     cmd = [sys.executable, "-m", "tf_ring.run", "-np", str(hosts.n_hosts), "--min-np", str(min_np),
            "--host-discovery-script", discovery or discovery_script(directory, hosts.hostnames),
-           "--elastic-timeout", "10", "--recovery", recovery] + list(extra_args) + flags  # a wrong blacklist fails fast, not in 600 s
+           # --elastic-timeout 10: a wrong blacklist fails fast, not in 600 s
+           "--elastic-timeout", "10", "--recovery", recovery] + list(extra_args) + flags
     proc = subprocess.Popen(cmd + [sys.executable, job], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)

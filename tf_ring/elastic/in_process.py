@@ -1,13 +1,14 @@
 """In-process recovery from a lost rank (MPI ULFM; docs/elastic.md).
 
-Under tfringrun's elastic mode with `--recovery in-process` (or any `mpirun --with-ft
-ulfm` job with TF_RING_ULFM=1), the engine does not let MPI abort the job
-when a rank dies: every survivor's pending collectives fail together with a
-TensorFlow UnavailableError that says "tf_ring lost a rank". `run` reads that
-as HorovodInternalError, restores the last commit and resets with
+Under tfringrun's elastic mode with `--recovery in-process` (or any
+`mpirun --with-ft ulfm` job with TF_RING_ULFM=1), the engine does not let
+MPI abort the job when a rank dies: every survivor's pending collectives
+fail together with an error that says "tf_ring lost a rank". `run` reads
+that as HorovodInternalError, restores the last commit and resets with
 `shrink_and_restart()`: the engine stops, the survivors shrink the
 communicator to the ranks left (MPIX_Comm_shrink, collective over them) and
-start a new engine on it, with the registered process sets renumbered to it. The processes, their graphs and memory stay.
+start a new engine on it, with the registered process sets renumbered to
+it. The processes, their graphs and memory stay.
 """
 import os
 
