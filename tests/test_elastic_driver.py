@@ -245,6 +245,27 @@ def test_in_process_recovery_renumbers_the_process_sets(tmp_path):
         assert "END rank=%d size=2 step=30 total=%d" % (rank, sum(range(30))) in done.stdout
 
 
+def test_a_compiled_allgather_after_a_shrink(tmp_path):
+    """XLA bakes the set's size into a compiled allgather. After rank 2 is
+    lost, the function compiled for 3 ranks fails on both survivors with an
+    InvalidArgumentError naming the tensor and the size change (no hang, no
+    wrong shape), and the one the reset callback traced again gathers 2 rows."""
+    jobs = os.path.join(REPO, "tests", "elastic_jobs")
+    discover = script(tmp_path, "echo localhost:3\n")
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", COUNTER_KILL_RANK_AT="3",
+               COUNTER_MARKER=str(tmp_path / "killed"))
+    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "3", "--min-np", "2",
+                           "--host-discovery-script", discover, "--recovery", "in-process",
+                           sys.executable, os.path.join(jobs, "xla_gather_job.py")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    for rank in (0, 1):
+        stale = [l for l in done.stdout.splitlines() if l.startswith("STALE rank=%d " % rank)]
+        assert len(stale) == 1 and "InvalidArgumentError" in stale[0], done.stdout[-3000:]
+        assert "'xla.rows'" in stale[0] and "[2, 2] is not the [3, 2]" in stale[0], stale
+        assert "END rank=%d size=2 step=6" % rank in done.stdout, done.stdout[-3000:]
+
+
 def test_in_process_below_min_np_fails_naming_the_minimum(tmp_path):
     """2 ranks, --min-np 2: rank 1 is killed, the survivor alone is below the
     minimum, so it exits for a relaunch, and with no other host the driver
