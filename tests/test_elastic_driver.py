@@ -190,6 +190,22 @@ def test_mpirun_is_stopped_only_when_the_shrunk_world_has_ended():
     assert not done({2: ("exit", 137), 0: ("exit", 0), 1: ("exit", 0)}, 3)
 
 
+def run_in_process_job(tmp_path, job, ranks=3, kill_at=5, extra_args=(), **job_env):
+    """tfringrun --recovery in-process of tests/elastic_jobs/`job` on this
+    machine, `ranks` ranks with --min-np 2, the last rank killed at step
+    `kill_at` (kill_plan.py). Discovery names this machine as the ranks do,
+    so the killed rank's host is the one blacklisted."""
+    jobs = os.path.join(REPO, "tests", "elastic_jobs")
+    discover = script(tmp_path, "echo $(uname -n):%d\n" % ranks)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
+               COUNTER_KILL_RANK_AT=str(kill_at), COUNTER_MARKER=str(tmp_path / "killed"),
+               **job_env)
+    return subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", str(ranks), "--min-np", "2",
+                           "--host-discovery-script", discover, "--recovery", "in-process",
+                           *extra_args, sys.executable, os.path.join(jobs, job)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+
+
 @pytest.mark.parametrize("where", ["in-commit", "in-step", "in-xla-step"])
 def test_in_process_recovery_on_one_host(tmp_path, where):
     """The same machine, 3 ranks, no namespaces needed: rank 2 SIGKILLs
@@ -201,18 +217,11 @@ def test_in_process_recovery_on_one_host(tmp_path, where):
     import json
     import re
     import numpy as np
-    jobs = os.path.join(REPO, "tests", "elastic_jobs")
-    sys.path.insert(0, jobs)
+    sys.path.insert(0, os.path.join(REPO, "tests", "elastic_jobs"))
     import tape_data
-    discover = script(tmp_path, "echo localhost:3\n")
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", COUNTER_KILL_RANK_AT="5",
-               COUNTER_MARKER=str(tmp_path / "killed"),
-               TAPE_KILL_INSIDE_STEP="0" if where == "in-commit" else "1",
-               TAPE_JIT="1" if where == "in-xla-step" else "0")
-    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "3", "--min-np", "2",
-                           "--host-discovery-script", discover, "--recovery", "in-process",
-                           sys.executable, os.path.join(jobs, "tape_job.py")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    done = run_in_process_job(tmp_path, "tape_job.py",
+                              TAPE_KILL_INSIDE_STEP="0" if where == "in-commit" else "1",
+                              TAPE_JIT="1" if where == "in-xla-step" else "0")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "recovered in-process and finished" in done.stderr
     assert "tf_ring lost a rank (rank 2 of the old world)" in done.stderr
@@ -230,14 +239,7 @@ def test_in_process_recovery_renumbers_the_process_sets(tmp_path):
     """Sets {0,1}, {0,2}, {1,2} on 3 ranks; rank 2 dies at step 5. The
     survivors' sets become [0, 1], [0] and [1] (the same objects), and every
     later step's allreduce in each set sums to the set's new size."""
-    jobs = os.path.join(REPO, "tests", "elastic_jobs")
-    discover = script(tmp_path, "echo localhost:3\n")
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", COUNTER_KILL_RANK_AT="5",
-               COUNTER_MARKER=str(tmp_path / "killed"), COUNTER_SETS="1")
-    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "3", "--min-np", "2",
-                           "--host-discovery-script", discover, "--recovery", "in-process",
-                           sys.executable, os.path.join(jobs, "counter_job.py")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    done = run_in_process_job(tmp_path, "counter_job.py", COUNTER_SETS="1")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "recovered in-process and finished" in done.stderr
     for rank in (0, 1):
@@ -250,14 +252,7 @@ def test_a_compiled_allgather_after_a_shrink(tmp_path):
     lost, the function compiled for 3 ranks fails on both survivors with an
     InvalidArgumentError naming the tensor and the size change (no hang, no
     wrong shape), and the one the reset callback traced again gathers 2 rows."""
-    jobs = os.path.join(REPO, "tests", "elastic_jobs")
-    discover = script(tmp_path, "echo localhost:3\n")
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", COUNTER_KILL_RANK_AT="3",
-               COUNTER_MARKER=str(tmp_path / "killed"))
-    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "3", "--min-np", "2",
-                           "--host-discovery-script", discover, "--recovery", "in-process",
-                           sys.executable, os.path.join(jobs, "xla_gather_job.py")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    done = run_in_process_job(tmp_path, "xla_gather_job.py", kill_at=3)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     for rank in (0, 1):
         stale = [l for l in done.stdout.splitlines() if l.startswith("STALE rank=%d " % rank)]
@@ -270,15 +265,8 @@ def test_in_process_below_min_np_fails_naming_the_minimum(tmp_path):
     """2 ranks, --min-np 2: rank 1 is killed, the survivor alone is below the
     minimum, so it exits for a relaunch, and with no other host the driver
     gives up after --elastic-timeout naming the minimum."""
-    jobs = os.path.join(REPO, "tests", "elastic_jobs")
-    discover = script(tmp_path, "echo $(uname -n):2\n")  # the name the ranks report
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", COUNTER_KILL_RANK_AT="3",
-               COUNTER_MARKER=str(tmp_path / "killed"))
-    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "2", "--min-np", "2",
-                           "--host-discovery-script", discover, "--recovery", "in-process",
-                           "--elastic-timeout", "3",
-                           sys.executable, os.path.join(jobs, "tape_job.py")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    done = run_in_process_job(tmp_path, "tape_job.py", ranks=2, kill_at=3,
+                              extra_args=["--elastic-timeout", "3"])
     assert done.returncode != 0, done.stderr[-5000:]
     assert "--min-np needs at least 2, waited 3 s (--elastic-timeout)" in done.stderr, \
         done.stderr[-5000:]
