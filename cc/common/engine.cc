@@ -130,6 +130,7 @@ Status Engine::Init(const void* mpi_comm) {
   impl->set_options.stall_check_seconds = impl->stall_check_seconds;
   impl->set_options.stall_shutdown_seconds = settings.stall_shutdown_seconds;
   if (settings.shm) {
+    impl->set_options.shm_single_copy = settings.shm_single_copy;
     impl->set_options.shm_area_bytes = static_cast<size_t>(
         settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes : kDefaultShmChunkBytes);
   }
@@ -146,7 +147,7 @@ Status Engine::Init(const void* mpi_comm) {
     const double chunk = settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes
                          : hierarchy.hierarchical      ? kDefaultHierarchicalChunkBytes
                                                        : kDefaultShmChunkBytes;
-    s = impl->shm.Init(impl->mpi.local_comm(), static_cast<size_t>(chunk));
+    s = impl->shm.Init(impl->mpi.local_comm(), static_cast<size_t>(chunk), settings.shm_single_copy);
     if (!s.ok()) return s;
     shm = &impl->shm;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/collectives/shm/shm_single_copy_allreduce.h"
 #include "common/transport/peer_failure.h"
 
 namespace tf_ring {
@@ -89,10 +90,14 @@ void OperationManager::Record(const Response& resp, const std::vector<TensorEntr
                               Timeline::Clock::time_point end) {
   std::vector<PhaseMarks::Mark> marks = marks_.marks();
   if (marks.empty()) marks.push_back({PhaseName(resp.op), start});
-  const char* transport = resp.gpu                                            ? "nccl"
-                          : RunsHierarchical(Context(nullptr), resp.op)        ? "hierarchical"
-                          : resp.op == OpType::kAllreduce && shm_ != nullptr ? "shm"
-                                                                             : "mpi";
+  int64_t bytes = 0;
+  for (const TensorEntry& e : entries) bytes += e.NumBytes();
+  const bool shm = resp.op == OpType::kAllreduce && shm_ != nullptr;
+  const char* transport = resp.gpu                                         ? "nccl"
+                          : RunsHierarchical(Context(nullptr), resp.op)     ? "hierarchical"
+                          : shm && UseSingleCopy(*shm_, entries.size(), bytes) ? "shm-single-copy"
+                          : shm                                             ? "shm"
+                                                                            : "mpi";
   for (const TensorEntry& e : entries) {
     for (size_t m = 0; m < marks.size(); ++m) {
       Timeline::Args args;

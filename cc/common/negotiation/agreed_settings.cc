@@ -30,7 +30,7 @@ struct Setting {
 enum Index {
   kFusionThreshold, kCycleTime, kCacheCapacity, kShm, kShmChunkBytes, kHierarchical,
   kStallCheck, kStallShutdown, kAutotune, kAutotuneLog, kAutotuneWarmup, kAutotuneSamples,
-  kAutotuneCycles, kTimeline, kTimelineMarkCycles, kDynamicProcessSets, kCount
+  kAutotuneCycles, kTimeline, kTimelineMarkCycles, kDynamicProcessSets, kShmSingleCopy, kCount
 };
 
 const Setting kSettings[] = {
@@ -50,6 +50,7 @@ const Setting kSettings[] = {
     {"TF_RING_TIMELINE", Kind::kText, 0, "none"},
     {"TF_RING_TIMELINE_MARK_CYCLES", Kind::kFlag, 0, "0"},
     {"TF_RING_DYNAMIC_PROCESS_SETS", Kind::kSwitch, 0, "0"},
+    {"TF_RING_SHM_SINGLE_COPY", Kind::kSwitch, 0, "0"},
 };
 static_assert(sizeof(kSettings) / sizeof(kSettings[0]) == kCount, "one entry per Index");
 
@@ -151,6 +152,7 @@ Status ParseSettings(const SettingTexts& texts, EngineSettings* out) {
   s.cache_capacity = static_cast<size_t>(number(kCacheCapacity));
   s.shm = on(kShm);
   s.shm_chunk_bytes = number(kShmChunkBytes);
+  s.shm_single_copy = on(kShmSingleCopy);
   const SettingText& mode = texts[kHierarchical];
   Status st = ParseHierarchicalMode(mode.set ? mode.value.c_str() : nullptr, &s.hierarchical);
   if (!st.ok()) return st;

@@ -50,6 +50,7 @@ struct EngineSettings {
   size_t cache_capacity = 1024;
   bool shm = true;
   double shm_chunk_bytes = -1;  // < 0: the default of the path chosen
+  bool shm_single_copy = false;  // read peers' tensors directly (process_vm_readv)
   HierarchicalMode hierarchical = HierarchicalMode::kAuto;
   double stall_check_seconds = 60;
   double stall_shutdown_seconds = 0;

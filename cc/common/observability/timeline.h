@@ -25,7 +25,7 @@ namespace tf_ring {
 struct TimelineArgs {
   int64_t bytes = -1;             // collective: payload bytes of this tensor
   int64_t tensors_in_batch = -1;  // collective: tensors fused with it
-  const char* transport = nullptr;  // collective: "shm" or "mpi"
+  const char* transport = nullptr;  // collective: "shm", "shm-single-copy", "mpi", ...
   const char* via = nullptr;        // negotiation: "cache" or "coordinator"
   std::vector<int> arrived;         // negotiation: ranks in arrival order
   std::vector<int> waited_for;      // negotiation: ranks that came late

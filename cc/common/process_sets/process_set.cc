@@ -36,7 +36,7 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
   // set does; otherwise it runs plain MPI.
   ShmSegment* shm = nullptr;
   if (options.shm_area_bytes > 0 && mpi_.size() > 1 && AllOnOneHost()) {
-    s = shm_.Init(mpi_.comm(), options.shm_area_bytes);
+    s = shm_.Init(mpi_.comm(), options.shm_area_bytes, options.shm_single_copy);
     if (!s.ok()) return s;
     shm = &shm_;
   }

@@ -32,6 +32,7 @@ struct ProcessSetOptions {
   // Shared-memory staging per member for sets whose members share one host
   // (0: plain MPI only, as with TF_RING_SHM=0).
   size_t shm_area_bytes = 0;
+  bool shm_single_copy = false;  // large allreduces read peers' tensors directly
   // The engine's timeline (it records only where it was started, rank 0).
   Timeline* timeline = nullptr;
 };

@@ -1,5 +1,7 @@
 #include "common/transport/shm_segment.h"
 
+#include "common/transport/cross_memory.h"
+
 #include <sched.h>
 
 #include <chrono>
@@ -8,7 +10,9 @@
 namespace tf_ring {
 
 namespace {
-constexpr size_t kHeaderBytes = 4096;  // counter on its own page, data page-aligned
+constexpr size_t kCounterBytes = 4096;  // counter and flag on their own page
+constexpr size_t kTableBytes = 64 << 10;  // 8,192 addresses: 4,096 tensors' input and output
+constexpr size_t kHeaderBytes = kCounterBytes + kTableBytes;  // data page-aligned
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters need lock-free atomics");
 
 inline void CpuRelax() {
@@ -20,7 +24,9 @@ inline void CpuRelax() {
 }
 }  // namespace
 
-Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes) {
+size_t ShmSegment::address_slots() { return kTableBytes / sizeof(uint64_t); }
+
+Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy) {
   MPI_Comm_rank(local_comm, &rank_);
   MPI_Comm_size(local_comm, &size_);
   area_bytes_ = area_bytes;
@@ -36,17 +42,21 @@ Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes) {
     return Status::Unknown("MPI_Win_allocate_shared failed");
   }
   new (mine) std::atomic<uint64_t>(0);
+  new (reinterpret_cast<std::atomic<uint64_t>*>(mine) + 8) std::atomic<uint64_t>(0);
   data_.assign(size_, nullptr);
   counters_.assign(size_, nullptr);
+  tables_.assign(size_, nullptr);
   for (int r = 0; r < size_; ++r) {
     MPI_Aint peer_bytes;
     int disp_unit;
     char* base = nullptr;
     MPI_Win_shared_query(win_, r, &peer_bytes, &disp_unit, &base);
     counters_[r] = reinterpret_cast<std::atomic<uint64_t>*>(base);
+    tables_[r] = base + kCounterBytes;
     data_[r] = base + kHeaderBytes;
   }
   epoch_ = 0;
+  if (size_ > 1) ProbeCrossMemory(local_comm, single_copy, &pids_);
   MPI_Barrier(local_comm);  // every counter is initialized before first use
   return Status::OK();
 }
@@ -55,6 +65,8 @@ void ShmSegment::Release() {
   if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
   data_.clear();
   counters_.clear();
+  tables_.clear();
+  pids_.clear();
 }
 
 void ShmSegment::Barrier() {

@@ -4,6 +4,7 @@
 
 #include "common/collectives/collectives.h"
 #include "common/collectives/shm/shm_allreduce.h"
+#include "common/collectives/shm/shm_single_copy_allreduce.h"
 #include "common/transport/mpi_types.h"
 #include "common/reduction/scale.h"
 
@@ -50,6 +51,9 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
   ReduceSpec spec{resp.dtype, resp.reduce_op, resp.postscale, 1};
   if (average && IsFloatingPoint(resp.dtype)) spec.postscale /= size;
   if (average && !IsFloatingPoint(resp.dtype)) spec.integer_divisor = size;
+  int64_t bytes = 0;
+  for (const Span& s : spans) bytes += s.bytes;
+  if (!ctx.hosts && UseSingleCopy(*ctx.shm, spans.size(), bytes)) return ShmSingleCopyAllreduce(ctx.shm, spans, spec);
   AcrossHosts across;
   if (ctx.hosts) across = CrossHostAllreduce(*ctx.hosts, resp.dtype, resp.reduce_op);
   return ShmAllreduce(ctx.shm, spans, spec, across);
