@@ -53,3 +53,30 @@ def test_predictions_print_every_model_and_fusion_beats_per_tensor():
     assert rows["fused, flat ring"][3] < rows["per tensor, flat ring"][3]
     assert rows["fused, hierarchical, fp16"][3] == pytest.approx(rows["fused, hierarchical"][3] / 2,
                                                                  rel=0.05)
+
+
+def test_harness_model_fit_recovers_known_parameters():
+    import harness_model as h  # imports no MPI or TensorFlow at module level
+    link = 250e6
+    truth = {"a_shm": 50e-6, "B_shm": 5e9, "a_chunk": 4e-3, "C_hier": 300e6,
+             "a_flat_step": 3e-3, "C_flat": 20e6, "link": link}
+    shm = [(n, truth["a_shm"] + n / truth["B_shm"]) for n in h.SHM_SIZES]
+
+    def hier(n, hosts):
+        return (truth["a_shm"] + n / truth["B_shm"] + 2 * (hosts - 1) * h.chunks(n) * truth["a_chunk"]
+                + 2 * (hosts - 1) * n / truth["C_hier"])
+
+    def flat(n, hosts):
+        p = hosts * h.RANKS_PER_HOST
+        return 2 * (p - 1) * truth["a_flat_step"] + h.flat_bytes_between_hosts(n, hosts) / truth["C_flat"]
+
+    two = {"hierarchical": [(n, hier(n, 2)) for n in h.HIER_SIZES],
+           "flat": [(n, flat(n, 2)) for n in h.FLAT_SIZES]}
+    fit = h.fit_paths({"shm": shm}, two, link)
+    for key in ("a_shm", "B_shm", "a_chunk", "C_hier", "a_flat_step", "C_flat"):
+        assert fit[key] == pytest.approx(truth[key], rel=1e-6), key
+    # With C below 2x the link, the shared term dominates at 3 hosts too.
+    for n in h.HIER_SIZES:
+        assert h.predict(fit, "shared", "hierarchical", n, 3) == pytest.approx(hier(n, 3), rel=1e-6)
+    # The 3-host link floor: each host sends 2(H-1)/H of the data at the link's rate.
+    assert h.floor_s(64 << 20, 3, link) == pytest.approx(4 / 3 * (64 << 20) / link)
