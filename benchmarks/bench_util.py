@@ -46,3 +46,20 @@ def print_table(title, header, rows):
 
 def ms(seconds):
     return "%.3f" % (seconds * 1e3)
+
+
+def memory_bandwidth_gbs(seconds=0.3, mb=16):
+    """GB/s one rank copies between two buffers while every rank does the
+    same (the slowest rank's figure). Large allreduces inside one host are
+    bound by it, and on a shared VM it changes from second to second."""
+    import numpy as np
+    comm = MPI.COMM_WORLD
+    src = np.ones(mb << 18, np.float32)
+    dst = np.empty_like(src)
+    comm.Barrier()
+    copied, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        np.copyto(dst, src)
+        copied += src.nbytes
+    rate = copied / (time.perf_counter() - start) / 1e9
+    return comm.allreduce(rate, op=MPI.MIN)
