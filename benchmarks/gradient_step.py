@@ -12,7 +12,7 @@ import tensorflow as tf
 from mpi4py import MPI
 
 import tf_ring as hvd
-from bench_util import ms, print_table, timed
+from bench_util import memory_bandwidth_gbs, ms, print_table, timed
 
 
 def gradient_sizes(count=160, seed=1234):
@@ -55,11 +55,13 @@ def main():
     for r, o in zip(results, outs):
         np.testing.assert_allclose(r.numpy(), o, rtol=1e-6)
 
+    bandwidth_before = memory_bandwidth_gbs()
     before = hvd.stats()
     t_ring, _ = timed(run_step, args.repeats)
     after = hvd.stats()
     t_sep, _ = timed(run_separate, args.repeats)
     t_cat, _ = timed(run_concatenated, args.repeats)
+    bandwidth_after = memory_bandwidth_gbs()
     total_mb = flat.nbytes / 2**20
     rows = [
         ["tf_ring, one tf.function", ms(t_ring), "%.2f" % (t_ring / t_sep)],
@@ -70,6 +72,8 @@ def main():
                 % (total_mb, hvd.size()), ["method", "ms", "ratio"], rows)
     if hvd.rank() == 0:
         steps = args.repeats + 3
+        print("concurrent memcpy per rank before/after: %.0f/%.0f GB/s (see allreduce_sweep.py)"
+              % (bandwidth_before, bandwidth_after))
         print("engine per step: %.1f cycles, %.1f negotiations, %.1f fused batches, %.0f cache hits"
               % tuple((after[k] - before[k]) / steps
                       for k in ("cycles", "negotiations", "fused_batches", "cache_hits")))
