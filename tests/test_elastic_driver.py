@@ -247,18 +247,29 @@ def test_in_process_recovery_renumbers_the_process_sets(tmp_path):
         assert "END rank=%d size=2 step=30 total=%d" % (rank, sum(range(30))) in done.stdout
 
 
-def test_a_compiled_allgather_after_a_shrink(tmp_path):
-    """XLA bakes the set's size into a compiled allgather. After rank 2 is
-    lost, the function compiled for 3 ranks fails on both survivors with an
-    InvalidArgumentError naming the tensor and the size change (no hang, no
-    wrong shape), and the one the reset callback traced again gathers 2 rows."""
-    done = run_in_process_job(tmp_path, "xla_gather_job.py", kill_at=3)
+@pytest.mark.parametrize("op", ["allgather", "alltoall", "reducescatter"])
+def test_a_compiled_collective_after_a_shrink(tmp_path, op):
+    """XLA bakes the set's size into a compiled allgather, alltoall or
+    reducescatter. After rank 2 is lost, the function compiled for 3 ranks,
+    called with the input it was compiled for, fails on both survivors with
+    an InvalidArgumentError naming the tensor (no hang, no wrong shape), and
+    the one the reset callback traced again gives the 2-rank result."""
+    done = run_in_process_job(tmp_path, "xla_shrink_job.py", kill_at=3, XLA_SHRINK_OP=op)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     for rank in (0, 1):
         stale = [l for l in done.stdout.splitlines() if l.startswith("STALE rank=%d " % rank)]
         assert len(stale) == 1 and "InvalidArgumentError" in stale[0], done.stdout[-3000:]
-        assert "'xla.rows'" in stale[0] and "[2, 2] is not the [3, 2]" in stale[0], stale
+        assert "'xla.shrink'" in stale[0] and STALE_MESSAGES[op] in stale[0], stale
         assert "END rank=%d size=2 step=6" % rank in done.stdout, done.stdout[-3000:]
+
+
+# allgather: the engine's [2, 2] output does not fit the compiled [3, 2].
+# alltoall: the compiled equal splits hold 3 entries for 2 ranks.
+# reducescatter: 3 rows over 2 ranks give rank 0 two rows where [1, 2] was
+# compiled; rank 1's single row fits, and it is told rank 0 refused.
+STALE_MESSAGES = {"allgather": "[2, 2] is not the [3, 2]",
+                  "alltoall": "splits on rank 0 have 3 entries, expected one per rank (2)",
+                  "reducescatter": "rank 0 could not take its output"}
 
 
 def test_in_process_below_min_np_fails_naming_the_minimum(tmp_path):
