@@ -111,7 +111,7 @@ def _is_gpu_source(path):
     rel = os.path.relpath(path, HERE) if os.path.isabs(path) else path
     rel = rel.replace(os.sep, "/")
     return (rel.startswith(("cc/common/transport/gpu/", "cc/common/collectives/nccl/")) or
-            rel.startswith("cc/tensorflow/gpu_"))
+            rel.startswith(("cc/tensorflow/gpu_", "cc/xla_ops/gpu_")))
 
 
 def _xla_ffi_available(tf_include):
@@ -343,6 +343,8 @@ class BuildTfRing(build_ext):
                          ["-I" + os.path.join(ext_dir, "highwayhash"),
                           "-I" + os.path.join(ext_dir, "farmhash_archive", "src"),
                           "-Wno-deprecated-declarations"])
+                # The CUDA handler needs CUDA's headers for its stream type.
+                extra += gpu["tf_compile"] if gpu and _is_gpu_source(src) else []
             elif "cc/tensorflow" in src:
                 extra = ["-O2"] + tf_compile + ["-Wno-deprecated-declarations"]
                 extra += gpu["tf_compile"] if gpu else []

@@ -37,8 +37,16 @@ python - <<'PY'
 import json
 info = json.load(open("tf_ring/_build_info.json"))
 assert info["build"] == "cuda", info
+assert info["xla_lowering"], "the CUDA build lacks the XLA lowering: %s" % info
 print("cuda_compile: CUDA %s, NCCL %s build" % (info["cuda_version"], info["nccl_version"]))
 PY
+# The XLA custom call's handler for platform "CUDA" is in the library
+# (grep reads all of nm's output: grep -q would stop early and, under
+# pipefail, nm's broken pipe would fail the check).
+if ! nm -C tf_ring/_tf_ring.so | grep "kTfRingCudaCollective" > /dev/null; then
+  echo "cuda_compile: the XLA CUDA handler is missing from the library"; exit 1
+fi
+echo "cuda_compile: the XLA handler for platform CUDA is built"
 python -m tf_ring.run --check-build | grep "NCCL"
 export PYTHONPATH="$tree"
 python -m pytest -q -p no:cacheprovider tests/test_single_process.py tests/test_cuda_build.py

@@ -1,19 +1,6 @@
-// XLA typed-FFI handlers for platform "Host": they run on XLA's thread when a
-// compiled program reaches a tf_ring custom call, submit the operands to the
-// same background engine the TensorFlow kernels use, and block until it is
-// done. One call carries a whole group, so a step's gradients are
-// negotiated and fused together (a blocking call per tensor would serialize).
-#include <condition_variable>
-#include <cstdlib>
-#include <mutex>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include "common/engine.h"
-#include "xla/ffi/api/c_api.h"
-#include "xla/ffi/api/ffi.h"
-#include "xla_ops/backend_config.h"
+// XLA typed-FFI handler for platform "Host": it runs on XLA's thread when a
+// compiled program reaches a tf_ring custom call (ffi_collective.h).
+#include "xla_ops/ffi_collective.h"
 
 namespace xla {
 namespace ffi {
@@ -29,160 +16,13 @@ namespace {
 
 namespace ffi = ::xla::ffi;
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
-// Waits for n engine callbacks and keeps the first error.
-struct Completion {
-  std::mutex mu;
-  std::condition_variable cv;
-  int remaining;
-  Status status = Status::OK();
-  explicit Completion(int n) : remaining(n) {}
-  void Done(const Status& s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!s.ok() && status.ok()) status = s;
-    if (--remaining == 0) cv.notify_all();
-  }
-  Status Wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [this] { return remaining == 0; });
-    return status;
-  }
-};
-
-// The engine's error as the same TensorFlow error class the non-XLA kernels
-// raise (an InvalidArgumentError stays one inside jit_compile).
-ffi::Error ToFfiError(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kOk: return ffi::Error::Success();
-    case StatusCode::kInvalidArgument: return ffi::Error(ffi::ErrorCode::kInvalidArgument, s.message());
-    case StatusCode::kPrecondition: return ffi::Error(ffi::ErrorCode::kFailedPrecondition, s.message());
-    case StatusCode::kAborted: return ffi::Error(ffi::ErrorCode::kAborted, s.message());
-    case StatusCode::kResourceExhausted:
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted, s.message());
-    case StatusCode::kUnavailable: return ffi::Error(ffi::ErrorCode::kUnavailable, s.message());
-    case StatusCode::kUnknown: break;
-  }
-  return ffi::Error(ffi::ErrorCode::kUnknown, s.message());
-}
-
-std::string DimsText(const std::vector<int64_t>& dims) {
-  std::string out = "[";
-  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
-  return out + "]";
-}
-
-// For outputs XLA sized at compile time: the engine's agreed shape must be
-// the compiled one (the coordinator checked the ranks agree on it), and
-// alltoall's received splits (output 1) go to `splits`, since the compiled
-// program has them as a constant.
-decltype(TensorEntry::allocate_output) StaticOutput(const std::string& name, OpType op, void* data,
-                                     std::vector<int64_t> dims, std::vector<int32_t>* splits) {
-  return [name, op, data, dims, splits](int index, const std::vector<int64_t>& shape,
-                                        void** out) {
-    if (index == 1 && op == OpType::kAlltoall && shape.size() == 1) {
-      splits->assign(shape[0], 0);
-      *out = splits->data();
-      return Status::OK();
-    }
-    if (index != 0 || shape != dims) {
-      return Status::InvalidArgument(
-          std::string(OpTypeName(op)) + " of tensor '" + name + "' inside jit_compile: the engine's " +
-          "output shape " + DimsText(shape) + " is not the " + DimsText(dims) + " XLA compiled " +
-          "(did a rank join(), or the process set change size, after compiling?). Call " +
-          OpTypeName(op) + " outside jit_compile for this case.");
-    }
-    *out = data;
-    return Status::OK();
-  };
-}
-
-// config keys: op (engine OpType), name, dtypes (engine dtypes, comma
-// separated, one per operand), reduce_op, prescale, postscale, root,
-// process_set, static (1: outputs sized at compile time), set_size (the
-// process set's size when compiled; alltoall's equal split).
-ffi::Error Collective(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view text) {
-  BackendConfig config;
-  std::string error;
-  if (!DecodeBackendConfig(std::string(text), &config, &error))
-    return ffi::Error::InvalidArgument(error);
-  // The last operand and result are the call chain (xla_kernels.cc), no tensor.
-  const int n = static_cast<int>(args.size()) - 1;
-  if (n < 0 || rets.size() != args.size())
-    return ffi::Error::InvalidArgument("tf_ring: custom call without its chain operand");
-  auto chain_out = rets.get<ffi::AnyBuffer>(n);
-  if (chain_out.has_error()) return chain_out.error();
-  *static_cast<int32_t*>((*chain_out)->untyped_data()) = 0;
-  if (n == 0) return ffi::Error::Success();
-  const OpType op = static_cast<OpType>(std::atoi(config["op"].c_str()));
-  const std::vector<std::string> dtypes = Split(config["dtypes"]);
-  if (static_cast<int>(dtypes.size()) != n)
-    return ffi::Error::InvalidArgument("tf_ring: custom call for '" + config["name"] +
-                                       "' has mismatched operand/result/dtype counts");
-  const bool static_shape = config["static"] == "1";
-  Completion completion(n);
-  std::vector<std::vector<int32_t>> splits(n);  // alltoall's received splits, unused by XLA
-  std::vector<TensorEntry> entries;
-  std::vector<Request> requests;
-  for (int i = 0; i < n; ++i) {
-    auto in = args.get<ffi::AnyBuffer>(i);
-    auto out = rets.get<ffi::AnyBuffer>(i);
-    if (in.has_error()) return in.error();
-    if (out.has_error()) return out.error();
-    const std::string name = n == 1 && config["grouped"] != "1"
-                                 ? config["name"]
-                                 : config["name"] + "." + std::to_string(i);
-    TensorEntry e;
-    e.name = name;
-    e.op = op;
-    e.dtype = static_cast<DataType>(std::atoi(dtypes[i].c_str()));
-    for (int64_t d : in->dimensions()) e.shape.push_back(d);
-    e.input = in->untyped_data();
-    if (static_shape) {
-      std::vector<int64_t> dims((*out)->dimensions().begin(), (*out)->dimensions().end());
-      e.allocate_output = StaticOutput(name, op, (*out)->untyped_data(), dims, &splits[i]);
-    } else {
-      e.output = (*out)->untyped_data();
-    }
-    e.done = [&completion](const Status& s) { completion.Done(s); };
-    Request r;
-    r.op = op;
-    r.name = name;
-    r.dtype = e.dtype;
-    r.shape = e.shape;
-    r.device = e.device;
-    r.reduce_op = static_cast<ReduceOp>(std::atoi(config["reduce_op"].c_str()));
-    r.prescale = std::strtof(config["prescale"].c_str(), nullptr);
-    r.postscale = std::strtof(config["postscale"].c_str(), nullptr);
-    if (config.count("root")) r.root_rank = std::atoi(config["root"].c_str());
-    r.static_shape = static_shape;
-    if (op == OpType::kAlltoall) {
-      // The kernel compiled only an equal split.
-      const int size = static_cast<int>(std::atoi(config["set_size"].c_str()));
-      if (size > 0 && !r.shape.empty()) r.splits.assign(size, r.shape[0] / size);
-    }
-    entries.push_back(std::move(e));
-    requests.push_back(std::move(r));
-  }
-  Status s = Engine::Get().EnqueueGroup(std::move(entries), std::move(requests),
-                                        std::atoi(config["process_set"].c_str()));
-  if (!s.ok()) return ToFfiError(s);
-  return ToFfiError(completion.Wait());
+ffi::Error HostCollective(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view config) {
+  return RunCollective(args, rets, config, nullptr);
 }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER(kTfRingCollective, Collective,
+XLA_FFI_DEFINE_HANDLER(kTfRingCollective, HostCollective,
                        ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<std::string_view>(
                            "config"));
 
