@@ -28,6 +28,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -221,7 +222,8 @@ def main():
     parser.add_argument("--rate", default="2gbit", help="tc rate of each host's link")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per job")
-    parser.add_argument("--predictions", default="harness_model_predictions.json",
+    parser.add_argument("--predictions",
+                        default=os.path.join(tempfile.gettempdir(), "harness_model_predictions.json"),
                         help="where the 3-host predictions are written before that job runs")
     parser.add_argument("--measure-3-hosts-against", default=None, metavar="PREDICTIONS",
                         help="skip the fit: measure 3 hosts against a saved predictions file")
