@@ -53,7 +53,9 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
   if (average && !IsFloatingPoint(resp.dtype)) spec.integer_divisor = size;
   int64_t bytes = 0;
   for (const Span& s : spans) bytes += s.bytes;
-  if (!ctx.hosts && UseSingleCopy(*ctx.shm, spans.size(), bytes)) return ShmSingleCopyAllreduce(ctx.shm, spans, spec);
+  if (!ctx.hosts && UseSingleCopy(*ctx.shm, spans.size(), bytes)) {
+    return ShmSingleCopyAllreduce(ctx.shm, spans, spec);
+  }
   AcrossHosts across;
   if (ctx.hosts) across = CrossHostAllreduce(*ctx.hosts, resp.dtype, resp.reduce_op);
   return ShmAllreduce(ctx.shm, spans, spec, across);
