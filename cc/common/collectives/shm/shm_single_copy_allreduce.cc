@@ -14,8 +14,9 @@ namespace tf_ring {
 
 namespace {
 
-// Below this a batch is cheaper staged: the extra barrier and the system
-// calls cost more than the copy they save (measured by allreduce_sweep).
+// Below this a batch stays staged: the extra barrier and the system calls
+// would cost more than the copy they save (on the development VM staging
+// won at every size, see benchmarks/shm_single_copy.py).
 constexpr int64_t kMinSingleCopyBytes = 256 << 10;
 // A peer's piece is read into scratch and reduced while it is still in cache.
 constexpr int64_t kPieceBytes = 128 << 10;
