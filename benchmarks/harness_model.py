@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from scaling_model import fit_ring, ring_allreduce_s  # noqa: E402
+from scaling_model import fit_ring, least_squares_2, ring_allreduce_s  # noqa: E402
 
 RANKS_PER_HOST = 2
 HIERARCHICAL_CHUNK = 4 << 20
@@ -138,18 +138,6 @@ def fit_line(points):
     """(a, B) of t = a + N / B by least squares on the relative error."""
     a, inverse_b = least_squares_2([(1.0 / t, n / t) for n, t in points])
     return a, 1.0 / inverse_b
-
-
-def least_squares_2(rows):
-    """(u, v) minimising sum((x0*u + x1*v - 1)^2) over rows (x0, x1): the
-    fit of t = x0'*u + x1'*v on the relative error, with x = x' / t."""
-    s00 = sum(x0 * x0 for x0, _ in rows)
-    s01 = sum(x0 * x1 for x0, x1 in rows)
-    s11 = sum(x1 * x1 for _, x1 in rows)
-    r0 = sum(x0 for x0, _ in rows)
-    r1 = sum(x1 for _, x1 in rows)
-    det = s00 * s11 - s01 * s01
-    return (r0 * s11 - r1 * s01) / det, (s00 * r1 - s01 * r0) / det
 
 
 def chunks(nbytes):

@@ -128,17 +128,21 @@ def fit_ring(points, ranks):
     2(p-1)/p * bytes / B fitted to [(bytes, seconds)] by least squares on
     the relative error, so the small sizes (latency) weigh as much as the
     large ones (bandwidth)."""
-    rows = [(2 * (ranks - 1) / t, 2 * (ranks - 1) / ranks * b / t) for b, t in points]
-    # Normal equations of sum((x0*alpha + x1*beta - 1)^2), beta = 1/B.
+    alpha, beta = least_squares_2(
+        [(2 * (ranks - 1) / t, 2 * (ranks - 1) / ranks * b / t) for b, t in points])
+    return alpha, 1.0 / beta  # beta = 1/B
+
+
+def least_squares_2(rows):
+    """(u, v) minimising sum((x0*u + x1*v - 1)^2) over rows (x0, x1): the
+    fit of t = x0'*u + x1'*v on the relative error, with x = x' / t."""
     s00 = sum(x0 * x0 for x0, _ in rows)
     s01 = sum(x0 * x1 for x0, x1 in rows)
     s11 = sum(x1 * x1 for _, x1 in rows)
     r0 = sum(x0 for x0, _ in rows)
     r1 = sum(x1 for _, x1 in rows)
     det = s00 * s11 - s01 * s01
-    alpha = (r0 * s11 - r1 * s01) / det
-    beta = (s00 * r1 - s01 * r0) / det
-    return alpha, 1.0 / beta
+    return (r0 * s11 - r1 * s01) / det, (s00 * r1 - s01 * r0) / det
 
 
 def measure(args):

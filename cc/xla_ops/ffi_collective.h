@@ -14,6 +14,14 @@
 #include "xla/ffi/api/c_api.h"
 #include "xla/ffi/api/ffi.h"
 
+namespace xla {
+namespace ffi {
+// Exported by libtensorflow_cc.so.2; declared here so that the handlers
+// need not pull in XLA's internal ffi_api.h.
+const XLA_FFI_Api* GetXlaFfiApi();
+}  // namespace ffi
+}  // namespace xla
+
 namespace tf_ring {
 namespace xla_ops {
 

@@ -2,14 +2,6 @@
 // compiled program reaches a tf_ring custom call (ffi_collective.h).
 #include "xla_ops/ffi_collective.h"
 
-namespace xla {
-namespace ffi {
-// Exported by libtensorflow_cc.so.2; declared here so that we need not pull
-// in XLA's internal ffi_api.h.
-const XLA_FFI_Api* GetXlaFfiApi();
-}  // namespace ffi
-}  // namespace xla
-
 namespace tf_ring {
 namespace xla_ops {
 namespace {

@@ -10,12 +10,6 @@
 
 #include "xla_ops/ffi_collective.h"
 
-namespace xla {
-namespace ffi {
-const XLA_FFI_Api* GetXlaFfiApi();  // exported by libtensorflow_cc.so.2
-}  // namespace ffi
-}  // namespace xla
-
 namespace tf_ring {
 namespace xla_ops {
 namespace {
