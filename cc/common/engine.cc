@@ -91,6 +91,12 @@ std::string StoppedBy(const std::vector<int32_t>& by_ranks, int my_rank) {
   return std::string("by rank") + (by_ranks.size() > 1 ? "s " : " ") + others +
          ", which called shutdown() or is exiting";
 }
+// Collective: false when any rank's segment cannot watch its peers' processes.
+bool ShmWatchesPeersEverywhere(MPI_Comm comm, const ShmSegment* shm) {
+  int mine = shm == nullptr || shm->watches_peers() ? 1 : 0, everyone = 0;
+  MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm);
+  return everyone != 0;
+}
 }  // namespace
 
 Engine& Engine::Get() {
@@ -114,12 +120,6 @@ Status Engine::Init(const void* mpi_comm) {
   std::string settings_text;
   s = AgreeSettings(impl->mpi, &settings, &settings_text);
   if (!s.ok()) return s;
-  if (FaultTolerantMode()) {
-    // Shared-memory windows do not survive a lost rank (a peer spinning on
-    // a dead rank's flag would never return): MPI transports only.
-    settings.shm = false;
-    settings.hierarchical = HierarchicalMode::kOff;
-  }
   impl->cache_capacity = settings.cache_capacity;
   impl->stall_check_seconds = settings.stall_check_seconds;
   impl->controller = std::make_unique<Controller>(
@@ -139,7 +139,7 @@ Status Engine::Init(const void* mpi_comm) {
   s = impl->hosts.Init(impl->mpi, &host_counts);
   if (!s.ok()) return s;
   const HierarchicalMode hierarchical_mode = settings.hierarchical;
-  const HierarchicalChoice hierarchy = ChooseHierarchical(hierarchical_mode, host_counts);
+  HierarchicalChoice hierarchy = ChooseHierarchical(hierarchical_mode, host_counts);
   // One node shares memory among all ranks; hierarchical shares it per host.
   ShmSegment* shm = nullptr;
   const bool one_node = impl->mpi.local_size() == impl->mpi.size();
@@ -147,9 +147,22 @@ Status Engine::Init(const void* mpi_comm) {
     const double chunk = settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes
                          : hierarchy.hierarchical      ? kDefaultHierarchicalChunkBytes
                                                        : kDefaultShmChunkBytes;
-    s = impl->shm.Init(impl->mpi.local_comm(), static_cast<size_t>(chunk), settings.shm_single_copy);
+    s = impl->shm.Init(impl->mpi.local_comm(), static_cast<size_t>(chunk), settings.shm_single_copy,
+                       impl->mpi.rank());
     if (!s.ok()) return s;
     shm = &impl->shm;
+  }
+  if (FaultTolerantMode() && !ShmWatchesPeersEverywhere(impl->mpi.comm(), shm)) {
+    // A rank waiting in shared memory must be able to tell a dead peer from
+    // a slow one, or a lost rank would hang it; every rank decides alike.
+    if (impl->mpi.rank() == 0) {
+      Log(LogLevel::kWarning, "fault-tolerant mode: some local ranks' processes are not visible "
+                              "to each other in /proc (separate pid namespaces?), so a dead one "
+                              "could not be told from a slow one; using MPI inside hosts.");
+    }
+    impl->shm.Release();
+    shm = nullptr;
+    hierarchy.hierarchical = false;
   }
   impl->operations = std::make_unique<OperationManager>(
       &impl->mpi, shm, hierarchy.hierarchical ? &impl->hosts : nullptr, &timeline_);
@@ -462,10 +475,11 @@ void Engine::Loop() {
     accepting_ = false;
     stop_reason_ = failure.ok() ? stopped_by : failure.message();
   }
-  // Make sure every survivor leaves its calls on the old communicators.
-  RevokeAfterPeerLoss(s.mpi.comm());
-  // Collective teardown happens here, where every rank arrives together.
-  s.shm.Release();
+  // Make sure every survivor leaves its calls on the old communicators:
+  // a rank on another host may wait in a cross-host step of the
+  // hierarchical path, a local one in the shared-memory segment.
+  for (MPI_Comm c : {s.mpi.comm(), s.mpi.local_comm(), s.mpi.cross_comm()}) RevokeAfterPeerLoss(c);
+  s.shm.Release(/*abort_waiters=*/PeerLost());
   Status closing = failure.ok() ? Status::Aborted("tf_ring was shut down " + stopped_by +
                                                   "; this collective could not run.")
                                 : failure;

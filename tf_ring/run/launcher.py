@@ -209,8 +209,8 @@ def child_environment(args, base=None):
     # repeat once per rank; --tf-logs or the user's own level keeps them.
     if not getattr(args, "tf_logs", False):
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # tf_ring's shared window needs no UCX one-sided transport; probing it
-    # prints a spurious error on machines without UCX hardware.
+    # tf_ring makes no one-sided MPI calls; Open MPI's UCX one-sided
+    # component prints a spurious error on machines without UCX hardware.
     env.setdefault("OMPI_MCA_osc", "^ucx")
     if os.geteuid() == 0:
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")

@@ -4,6 +4,7 @@
 
 #include "common/negotiation/fusion.h"
 #include "common/observability/logging.h"
+#include "common/transport/peer_failure.h"
 
 namespace tf_ring {
 
@@ -36,9 +37,15 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
   // set does; otherwise it runs plain MPI.
   ShmSegment* shm = nullptr;
   if (options.shm_area_bytes > 0 && mpi_.size() > 1 && AllOnOneHost()) {
-    s = shm_.Init(mpi_.comm(), options.shm_area_bytes, options.shm_single_copy);
+    s = shm_.Init(mpi_.comm(), options.shm_area_bytes, options.shm_single_copy, my_rank_);
     if (!s.ok()) return s;
     shm = &shm_;
+    int watches = shm_.watches_peers() ? 1 : 0, everyone = 0;
+    MPI_Allreduce(&watches, &everyone, 1, MPI_INT, MPI_MIN, mpi_.comm());
+    if (FaultTolerantMode() && !everyone) {  // a dead member would hang the others: MPI instead
+      shm_.Release();
+      shm = nullptr;
+    }
   }
   controller_ = std::make_unique<Controller>(
       &mpi_, options.cache_capacity,
@@ -101,7 +108,7 @@ std::string ProcessSet::RunCycle(int64_t fusion_threshold) {
 
 std::vector<TensorEntry> ProcessSet::Close() {
   if (operations_) operations_->Stop(false, "process set " + Describe() + " closed");
-  shm_.Release();  // collective over the members, like the communicator's release
+  shm_.Release(/*abort_waiters=*/PeerLost());
   if (connected_) mpi_.Release();
   connected_ = false;
   std::vector<TensorEntry> pending = queue_.TakeAllEntries();

@@ -22,8 +22,8 @@ Status MpiContext::Init(const MPI_Comm* user_comm) {
         "Call tf_ring.init() before MPI is finalized (for example by mpi4py at exit).");
   }
   if (!initialized) {
-    // The shared-memory window needs no UCX one-sided support; probing it
-    // prints a spurious error on machines without UCX hardware.
+    // tf_ring makes no one-sided MPI calls; Open MPI's UCX one-sided
+    // component prints a spurious error on machines without UCX hardware.
     setenv("OMPI_MCA_osc", "^ucx", /*overwrite=*/0);
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {

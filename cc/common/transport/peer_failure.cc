@@ -102,9 +102,18 @@ void ClearPeerLoss() {
   g_lost = false;
 }
 
+void NotePeerLost(int rank) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_detail.empty() && rank >= 0) g_detail = std::to_string(rank);
+  }
+  g_lost = true;
+  g_ever_lost = true;
+}
+
 void RevokeAfterPeerLoss(MPI_Comm comm) {
 #ifdef MPIX_ERR_PROC_FAILED
-  if (PeerLost() && comm != MPI_COMM_NULL) MPIX_Comm_revoke(comm);
+  if (PeerLost() && FaultTolerantMode() && comm != MPI_COMM_NULL) MPIX_Comm_revoke(comm);
 #else
   (void)comm;
 #endif

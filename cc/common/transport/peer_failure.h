@@ -28,6 +28,9 @@ bool PeerLost();
 void ClearPeerLoss();
 // Whether this process ever saw a rank lost (ClearPeerLoss does not reset it).
 bool PeerEverLost();
+// Notes a lost rank found without MPI (a local peer's process gone while
+// waiting on it in shared memory); `rank` < 0 when it is not known which.
+void NotePeerLost(int rank);
 // Revokes `comm` if a peer was lost, so every survivor leaves its calls on it.
 void RevokeAfterPeerLoss(MPI_Comm comm);
 // The error every pending collective gets once a rank is lost.

@@ -1,18 +1,39 @@
 #include "common/transport/shm_segment.h"
 
-#include "common/transport/cross_memory.h"
-
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
+#include <cstring>
+#include <string>
 #include <thread>
+
+#include "common/observability/logging.h"
+#include "common/transport/cross_memory.h"
+#include "common/transport/peer_failure.h"
 
 namespace tf_ring {
 
 namespace {
-constexpr size_t kCounterBytes = 4096;  // counter and flag on their own page
+constexpr size_t kCounterBytes = 4096;  // counter, flag, abort word and identity on their own page
 constexpr size_t kTableBytes = 64 << 10;  // 8,192 addresses: 4,096 tensors' input and output
 constexpr size_t kHeaderBytes = kCounterBytes + kTableBytes;  // data page-aligned
+constexpr size_t kPageBytes = 4096;
+constexpr int kNameBytes = 64;
+// Waiting on a peer, check its process once per this many sleeps (each at
+// least 20 us): a dead peer is seen within milliseconds, and the check
+// (reading /proc) costs nothing measurable.
+constexpr int kSleepsPerLivenessCheck = 128;
+// The abort word: 0 while the segment is usable; kAbortUnknown when a rank
+// gave up without naming a dead peer; otherwise the dead peer's rank + 2.
+constexpr uint64_t kAbortUnknown = 1;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters need lock-free atomics");
 
 inline void CpuRelax() {
@@ -22,69 +43,163 @@ inline void CpuRelax() {
   asm volatile("yield");
 #endif
 }
+
+size_t RoundUp(size_t bytes, size_t unit) { return (bytes + unit - 1) / unit * unit; }
+
+// A name no other job or segment on this host uses (the creator's pid, a
+// counter and the clock).
+// For the tests of a rank lost inside a shared-memory collective, which
+// cannot time a kill that precisely from outside: "R:N" makes the rank
+// numbered R die (SIGKILL) on arriving at its segment's N-th barrier.
+uint64_t DieAtBarrier(int owner_rank) {
+  const char* value = std::getenv("TF_RING_TEST_DIE_AT_SHM_BARRIER");
+  int rank = -1;
+  unsigned long long barrier = 0;
+  if (value == nullptr || std::sscanf(value, "%d:%llu", &rank, &barrier) != 2) return 0;
+  return rank == owner_rank ? barrier : 0;
+}
+
+std::string UniqueName() {
+  static std::atomic<uint64_t> sequence{0};
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return "/tf_ring." + std::to_string(getpid()) + "." + std::to_string(sequence++) + "." +
+         std::to_string(static_cast<uint64_t>(now) & 0xffffff);
+}
 }  // namespace
 
 size_t ShmSegment::address_slots() { return kTableBytes / sizeof(uint64_t); }
 
-Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy) {
+// Local rank 0 creates the object and reserves its memory (so a full
+// /dev/shm is an error here, not a SIGBUS later), every rank maps it, and
+// rank 0 unlinks the name once all have: nothing is left behind in
+// /dev/shm however the ranks end.
+Status ShmSegment::Map(MPI_Comm local_comm, size_t bytes) {
+  char name[kNameBytes] = {0};
+  int fd = -1;
+  std::string error;
+  if (rank_ == 0) {
+    std::strncpy(name, UniqueName().c_str(), kNameBytes - 1);
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      error = std::string("shm_open: ") + std::strerror(errno);
+    } else {
+      const int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+      if (rc != 0) error = "reserving " + std::to_string(bytes) + " bytes in /dev/shm: " + std::strerror(rc);
+    }
+    if (!error.empty()) name[0] = '\0';  // tells the others
+  }
+  MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, local_comm);
+  if (rank_ != 0 && name[0] != '\0') {
+    fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0) error = std::string("shm_open: ") + std::strerror(errno);
+  }
+  if (fd >= 0 && error.empty()) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      error = std::string("mmap: ") + std::strerror(errno);
+    } else {
+      base_ = static_cast<char*>(p);
+      mapped_bytes_ = bytes;
+    }
+  }
+  if (fd >= 0) close(fd);
+  int ok = error.empty() ? 1 : 0, everyone = 0;
+  MPI_Allreduce(&ok, &everyone, 1, MPI_INT, MPI_MIN, local_comm);  // every rank has mapped it
+  if (rank_ == 0 && name[0] != '\0') shm_unlink(name);
+  if (everyone) return Status::OK();
+  Release();
+  return Status::Unknown("tf_ring's shared-memory segment could not be set up on local rank " +
+                         std::to_string(rank_) + (error.empty() ? " (another local rank failed)" : ": " + error) +
+                         ". Free space in /dev/shm, or set TF_RING_SHM=0 to use MPI inside the host.");
+}
+
+Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy, int owner_rank) {
   MPI_Comm_rank(local_comm, &rank_);
   MPI_Comm_size(local_comm, &size_);
   area_bytes_ = area_bytes;
-  const MPI_Aint bytes = static_cast<MPI_Aint>(kHeaderBytes + 4 * area_bytes);
-  char* mine = nullptr;
-  MPI_Info info;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each region near its owner
-  int rc = MPI_Win_allocate_shared(bytes, 1, info, local_comm, &mine, &win_);
-  MPI_Info_free(&info);
-  if (rc != MPI_SUCCESS) {
-    win_ = MPI_WIN_NULL;
-    return Status::Unknown("MPI_Win_allocate_shared failed");
-  }
-  new (mine) std::atomic<uint64_t>(0);
-  new (reinterpret_cast<std::atomic<uint64_t>*>(mine) + 8) std::atomic<uint64_t>(0);
+  const size_t region_bytes = RoundUp(kHeaderBytes + 4 * area_bytes, kPageBytes);
+  Status s = Map(local_comm, region_bytes * static_cast<size_t>(size_));
+  if (!s.ok()) return s;
   data_.assign(size_, nullptr);
   counters_.assign(size_, nullptr);
   tables_.assign(size_, nullptr);
   for (int r = 0; r < size_; ++r) {
-    MPI_Aint peer_bytes;
-    int disp_unit;
-    char* base = nullptr;
-    MPI_Win_shared_query(win_, r, &peer_bytes, &disp_unit, &base);
-    counters_[r] = reinterpret_cast<std::atomic<uint64_t>*>(base);
-    tables_[r] = base + kCounterBytes;
-    data_[r] = base + kHeaderBytes;
+    char* region = base_ + static_cast<size_t>(r) * region_bytes;
+    counters_[r] = reinterpret_cast<std::atomic<uint64_t>*>(region);
+    tables_[r] = region + kCounterBytes;
+    data_[r] = region + kHeaderBytes;
   }
+  // Each rank writes its own header first (its pages then live near it).
+  new (counter(rank_)) std::atomic<uint64_t>(0);
+  new (flag(rank_)) std::atomic<uint64_t>(0);
+  if (rank_ == 0) new (abort_word()) std::atomic<uint64_t>(0);
+  *identity(rank_) = ThisProcess();
+  *owner_rank_of(rank_) = owner_rank;
   epoch_ = 0;
+  die_at_barrier_ = DieAtBarrier(owner_rank);
   if (size_ > 1) ProbeCrossMemory(local_comm, single_copy, &pids_);
-  MPI_Barrier(local_comm);  // every counter is initialized before first use
+  MPI_Barrier(local_comm);  // every header is written before first use
+  int visible = 1, all_visible = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && CheckLiveness(*identity(r)) != Liveness::kAlive) visible = 0;
+  }
+  MPI_Allreduce(&visible, &all_visible, 1, MPI_INT, MPI_MIN, local_comm);
+  watches_peers_ = all_visible != 0;
   return Status::OK();
 }
 
-void ShmSegment::Release() {
-  if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+void ShmSegment::Release(bool abort_waiters) {
+  if (base_ != nullptr) {
+    if (abort_waiters) {
+      uint64_t none = 0;
+      abort_word()->compare_exchange_strong(none, kAbortUnknown);
+    }
+    munmap(base_, mapped_bytes_);
+  }
+  base_ = nullptr;
+  mapped_bytes_ = 0;
+  watches_peers_ = false;
   data_.clear();
   counters_.clear();
   tables_.clear();
   pids_.clear();
 }
 
-void ShmSegment::Barrier() {
+bool ShmSegment::PeerGone(int rank) {
+  if (!watches_peers_ || CheckLiveness(*identity(rank)) != Liveness::kGone) return false;
+  const int32_t dead = *owner_rank_of(rank);
+  Log(LogLevel::kWarning, "local rank " + std::to_string(rank) + " (rank " + std::to_string(dead) +
+                              ", pid " + std::to_string(identity(rank)->pid) +
+                              ") died while the others waited for it in shared memory");
+  uint64_t none = 0;
+  abort_word()->compare_exchange_strong(none, dead >= 0 ? static_cast<uint64_t>(dead) + 2 : kAbortUnknown);
+  return true;
+}
+
+bool ShmSegment::Barrier() {
   ++epoch_;
+  if (epoch_ == die_at_barrier_) raise(SIGKILL);
   counter(rank_)->store(epoch_, std::memory_order_release);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    int spins = 0;
+    int spins = 0, sleeps = 0;
     while (counter(r)->load(std::memory_order_acquire) < epoch_) {
+      if (abort_word()->load(std::memory_order_acquire) != 0) {
+        const uint64_t why = abort_word()->load(std::memory_order_acquire);
+        NotePeerLost(why >= 2 ? static_cast<int>(why - 2) : -1);
+        return false;
+      }
       if (++spins < 2000) {
         CpuRelax();
       } else if (spins < 4000) {
         sched_yield();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(20));
+        if (++sleeps % kSleepsPerLivenessCheck == 0) PeerGone(r);  // sets the abort word
       }
     }
   }
+  return true;
 }
 
 }  // namespace tf_ring

@@ -1,6 +1,12 @@
-// A node-local shared-memory segment (an MPI-3 shared window): one region
-// per local rank, each with a barrier counter and double-buffered staging
-// areas, so local ranks can exchange data with plain loads and stores.
+// A node-local shared-memory segment: one region per local rank, each with a
+// barrier counter and double-buffered staging areas, so local ranks can
+// exchange data with plain loads and stores.
+//
+// The memory is a POSIX shared-memory object mapped by every local rank (not
+// an MPI shared window): releasing it is local, so a rank can let go of it
+// after a peer died (fault-tolerant mode), where freeing an MPI window would
+// wait for the dead peer. A rank waiting in Barrier() watches its peers'
+// processes and the segment's abort word, so it never waits on a dead one.
 #ifndef TF_RING_COMMON_SHM_SEGMENT_H_
 #define TF_RING_COMMON_SHM_SEGMENT_H_
 
@@ -13,6 +19,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/transport/process_liveness.h"
 
 namespace tf_ring {
 
@@ -22,10 +29,16 @@ class ShmSegment {
   // 2 * `area_bytes` (an input area and a result area), and a table where
   // its rank publishes tensor addresses for single-copy reads, which are
   // used when `single_copy` is true on every rank and the kernel allows
-  // them (see cross_memory.h).
-  Status Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy = false);
-  void Release();
-  bool ready() const { return win_ != MPI_WIN_NULL; }
+  // them (see cross_memory.h). `owner_rank` is this rank's number in the
+  // engine's communicator, for the message that names a dead peer.
+  Status Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy = false, int owner_rank = -1);
+  // Local. `abort_waiters`: first tell every local rank waiting in Barrier()
+  // to give up (this rank will not arrive any more).
+  void Release(bool abort_waiters = false);
+  bool ready() const { return base_ != nullptr; }
+  // Whether Barrier() can tell a dead peer from a slow one (every peer's
+  // process was visible in /proc at Init); without it a dead peer hangs it.
+  bool watches_peers() const { return watches_peers_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -44,12 +57,24 @@ class ShmSegment {
 
   // Every local rank waits until all have arrived. Spins briefly, then
   // yields, so an oversubscribed peer gets the CPU it needs to arrive.
-  void Barrier();
+  // Returns false, at once on every waiting rank, when a local rank's
+  // process died or a rank gave up on the segment (Release with
+  // abort_waiters): the collective cannot finish. A dead peer is also
+  // reported as a lost rank (peer_failure.h), so the engine stops.
+  bool Barrier();
 
  private:
   std::atomic<uint64_t>* counter(int rank) const { return counters_[rank]; }
+  std::atomic<uint64_t>* abort_word() const { return counters_[0] + 16; }
+  ProcessIdentity* identity(int rank) const { return reinterpret_cast<ProcessIdentity*>(counters_[rank] + 24); }
+  int32_t* owner_rank_of(int rank) const { return reinterpret_cast<int32_t*>(counters_[rank] + 32); }
+  bool PeerGone(int rank);
+  Status Map(MPI_Comm local_comm, size_t bytes);
 
-  MPI_Win win_ = MPI_WIN_NULL;
+  char* base_ = nullptr;
+  size_t mapped_bytes_ = 0;
+  bool watches_peers_ = false;
+  uint64_t die_at_barrier_ = 0;  // tests only: TF_RING_TEST_DIE_AT_SHM_BARRIER
   int rank_ = 0, size_ = 1;
   size_t area_bytes_ = 0;
   uint64_t epoch_ = 0;

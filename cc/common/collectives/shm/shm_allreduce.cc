@@ -5,6 +5,7 @@
 
 #include "common/reduction/reduce_kernels.h"
 #include "common/reduction/scale.h"
+#include "common/transport/peer_failure.h"
 
 namespace tf_ring {
 
@@ -55,7 +56,7 @@ Status ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const Reduc
                      std::memcpy(staging + slice_begin(q) * elem + rel, s.in + at, k);
                    });
     }
-    shm->Barrier();
+    if (!shm->Barrier()) return PeerLostStatus();  // a local rank died
 
     // 2. Reduce this rank's slice into its published copy (combining with
     // the other hosts' when there are any), scale it, write it out.
@@ -87,7 +88,7 @@ Status ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const Reduc
                  [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
                    std::memcpy(s.out + at, published + rel, k);
                  });
-    shm->Barrier();
+    if (!shm->Barrier()) return PeerLostStatus();  // a local rank died
 
     // 3. Copy the other ranks' reduced slices out.
     for (int q = 0; q < n; ++q) {

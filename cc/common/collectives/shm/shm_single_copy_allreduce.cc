@@ -9,6 +9,7 @@
 #include "common/reduction/reduce_kernels.h"
 #include "common/reduction/scale.h"
 #include "common/transport/cross_memory.h"
+#include "common/transport/peer_failure.h"
 
 namespace tf_ring {
 
@@ -67,13 +68,13 @@ class SingleCopyWalk {
 
   Status Run() {
     Publish();
-    shm_->Barrier();  // every table is written
+    if (!shm_->Barrier()) return PeerLostStatus();  // every table is written
     Status status = ReduceMySlice();
     shm_->flag(me_)->store(status.ok() ? 0 : 1, std::memory_order_relaxed);
-    shm_->Barrier();  // every slice is reduced
+    if (!shm_->Barrier()) return PeerLostStatus();  // every slice is reduced
     if (status.ok()) status = GatherOtherSlices();
     if (!status.ok()) shm_->flag(me_)->store(1, std::memory_order_relaxed);
-    shm_->Barrier();  // no peer reads this rank's tensors any more
+    if (!shm_->Barrier()) return PeerLostStatus();  // no peer reads this rank's tensors any more
     if (!status.ok()) return status;
     for (int q = 0; q < n_; ++q) {
       if (shm_->flag(q)->load(std::memory_order_relaxed) != 0) {
