@@ -247,6 +247,36 @@ def test_in_process_recovery_renumbers_the_process_sets(tmp_path):
         assert "END rank=%d size=2 step=30 total=%d" % (rank, sum(range(30))) in done.stdout
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_rank_lost_inside_a_shared_memory_allreduce(tmp_path, ranks):
+    """In-process mode keeps the shared-memory allreduce. The last rank dies
+    in the middle of step 4's 64 MB one (tests/elastic_jobs/shm_loss_job.py),
+    when its peers wait for it in the segment, not in an MPI call: they see
+    its process gone, leave, recover in the same processes and finish with
+    the sums checked on every step."""
+    import re
+    jobs = os.path.join(REPO, "tests", "elastic_jobs")
+    discover = script(tmp_path, "echo $(uname -n):%d\n" % ranks)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
+               # 128 barriers per step's allreduce: die half-way through step 4's
+               TF_RING_TEST_DIE_AT_SHM_BARRIER="%d:%d" % (ranks - 1, 4 * 128 + 64))
+    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", str(ranks), "--min-np", "1",
+                           "--host-discovery-script", discover, "--recovery", "in-process",
+                           sys.executable, os.path.join(jobs, "shm_loss_job.py")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert re.search(r"local rank %d \(rank %d, pid \d+\) died while the others waited for it "
+                     r"in shared memory" % (ranks - 1, ranks - 1), done.stderr), done.stderr[-5000:]
+    starts = re.findall(r"START rank=(\d) size=(\d) step=\d+ pid=(\d+)", done.stdout)
+    before = {r: pid for r, size, pid in starts if size == str(ranks)}
+    after = {r: pid for r, size, pid in starts if size == str(ranks - 1)}
+    assert sorted(after) == [str(r) for r in range(ranks - 1)], starts
+    assert all(after[r] == before[r] for r in after), starts
+    for rank in range(ranks - 1):
+        assert "END rank=%d size=%d step=7 total=21" % (rank, ranks - 1) in done.stdout, \
+            done.stdout[-3000:]
+
+
 @pytest.mark.parametrize("op", ["allgather", "alltoall", "reducescatter"])
 def test_a_compiled_collective_after_a_shrink(tmp_path, op):
     """XLA bakes the set's size into a compiled allgather, alltoall or
