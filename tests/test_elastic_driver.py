@@ -136,7 +136,7 @@ def test_in_process_recovery_adds_ulfm_to_mpirun_and_the_ranks_env(tmp_path):
     args = launcher.parse_args(["-np", "3", "--min-np", "2", "--recovery", "in-process",
                                 "--host-discovery-script", "true", "python", "x.py"], environ={})
     assert elastic_driver.in_process(args)
-    assert "--with-ft ulfm --mca btl tcp,self" in args.mpi_args
+    assert "--with-ft ulfm --mca btl tcp,self --mca coll_han_priority 0" in args.mpi_args
     assert "--mca mpi_ft_detector true --mca mpi_ft_detector_timeout 10 " in args.mpi_args
     plain = launcher.parse_args(["-np", "3", "--min-np", "2", "--host-discovery-script", "true",
                                  "python", "x.py"], environ={})

@@ -11,6 +11,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOBS = os.path.join(REPO, "tests", "elastic_jobs")
 COUNTER_JOB = os.path.join(JOBS, "counter_job.py")
+SHM_LOSS_JOB = os.path.join(JOBS, "shm_loss_job.py")
 TAPE_JOB = os.path.join(JOBS, "tape_job.py")
 KERAS_JOB = os.path.join(JOBS, "keras_job.py")
 STEPS = 30  # counter_job's
@@ -26,17 +27,20 @@ def discovery_script(directory, hostnames):
 
 
 def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB,
-                recovery="restart", on_line=None, extra_args=(), discovery=None):
-    """tfringrun -np <hosts> --min-np min_np --recovery `recovery` with a
-    discovery script listing every host. Returns (rc, [(time, 'out'|'err',
-    line)]) in arrival order. on_line(line), if given, sees every line as it
-    arrives (from the reader threads). discovery: another discovery script."""
-    flags = hosts.launcher_flags(1)
+                recovery="restart", on_line=None, extra_args=(), discovery=None, ranks_per_host=1):
+    """tfringrun -np <hosts * ranks_per_host> --min-np min_np --recovery
+    `recovery` with a discovery script listing every host. Returns (rc,
+    [(time, 'out'|'err', line)]) in arrival order. on_line(line), if given,
+    sees every line as it arrives (from the reader threads). discovery:
+    another discovery script."""
+    flags = hosts.launcher_flags(ranks_per_host)
     i = flags.index("-H")
     del flags[i:i + 2]  # the hosts come from the discovery script
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **job_env)
-    cmd = [sys.executable, "-m", "tf_ring.run", "-np", str(hosts.n_hosts), "--min-np", str(min_np),
-           "--host-discovery-script", discovery or discovery_script(directory, hosts.hostnames),
+    listed = [h if ranks_per_host == 1 else "%s:%d" % (h, ranks_per_host) for h in hosts.hostnames]
+    cmd = [sys.executable, "-m", "tf_ring.run", "-np", str(hosts.n_hosts * ranks_per_host),
+           "--min-np", str(min_np),
+           "--host-discovery-script", discovery or discovery_script(directory, listed),
            # --elastic-timeout 10: a wrong blacklist fails fast, not in 600 s
            "--elastic-timeout", "10", "--recovery", recovery] + list(extra_args) + flags
     proc = subprocess.Popen(cmd + [sys.executable, job], cwd=REPO, env=env, text=True,

@@ -10,6 +10,10 @@ shrink their communicator (MPI ULFM) and go on in the same processes;
 -> 1, in-process, and ends with the uninterrupted weights;
 (d) a host whose link goes down silently is declared lost by the heartbeat
 detector after --detection-timeout, and the survivors go on in-process;
+(a, in-process, 2 hosts x 2 ranks) a rank dies inside a hierarchical
+allreduce (shared memory within the hosts, MPI across): its host peer waits
+for it in shared memory, the other host's ranks in MPI; all get out and
+the 3 survivors finish in their own processes;
 (a') a whole host killed (its Open MPI daemon too) in in-process mode ends
 mpirun's job, and the driver falls back to the coordinated restart on the
 hosts left: the job still ends 0 with the uninterrupted weights;
@@ -24,7 +28,8 @@ import time
 import numpy as np
 import pytest
 
-from multihost.elastic_runs import JOBS, KERAS_JOB, TAPE_JOB, lost_rank, run_counter, text
+from multihost.elastic_runs import (JOBS, KERAS_JOB, SHM_LOSS_JOB, TAPE_JOB, lost_rank, run_counter,
+                                    text)
 from multihost.simulated_hosts import SimulatedHosts, namespaces_available
 
 sys.path.insert(0, JOBS)
@@ -78,6 +83,32 @@ def test_in_process_recovery_keeps_the_survivors_processes(tmp_path):
         assert np.allclose(json.loads(weights), expected, rtol=1e-5, atol=1e-5), (weights, expected)
     print("in-process: kill -> survivors synced %.2f s, -> first 2-rank step %.2f s"
           % (timings["synced"], timings["first_step"]))
+
+
+def test_in_process_recovery_inside_a_hierarchical_allreduce(tmp_path):
+    """2 hosts x 2 ranks, in-process mode, the hierarchical path forced on.
+    Rank 3 dies half-way through step 4's 64 MB allreduce (16 chunks of
+    4 MiB, 2 barriers each: barrier 4 * 32 + 16), between its segment's
+    barriers. Rank 2 (its host peer) sees its process gone and revokes the
+    communicators; rank 0, blocked in a cross-host step with the live rank 2,
+    gets out through the revocation (a blocking MPI_Allreduce did not: it
+    hung), rank 1 through rank 3's failure. The 3 survivors recover in the
+    same processes and finish with every step's sum checked."""
+    with SimulatedHosts(2) as hosts:
+        rc, lines = run_counter(hosts, str(tmp_path), 1, {
+            "TF_RING_HIERARCHICAL": "1", "TF_RING_TEST_DIE_AT_SHM_BARRIER": "3:%d" % (4 * 32 + 16)},
+            job=SHM_LOSS_JOB, recovery="in-process", ranks_per_host=2)
+    out, err = text(lines, "out"), text(lines, "err")
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "recovered in-process and finished" in err, err[-5000:]
+    assert re.search(r"local rank 1 \(rank 3, pid \d+\) died while the others waited for it "
+                     r"in shared memory", err), err[-5000:]
+    starts = re.findall(r"START rank=(\d) size=(\d) step=\d+ pid=(\d+)", out)
+    before = {r: pid for r, size, pid in starts if size == "4"}
+    after = {r: pid for r, size, pid in starts if size == "3"}
+    assert sorted(after) == ["0", "1", "2"] and all(after[r] == before[r] for r in after), starts
+    for rank in range(3):
+        assert "END rank=%d size=3 step=7 total=21" % rank in out, out[-3000:]
 
 
 def test_keras_fit_survives_two_losses_in_a_row_in_process(tmp_path):

@@ -71,9 +71,13 @@ def check_arguments(args, error):
                                   *detector_arguments(args.detection_timeout)]).strip()
 
 
-# ULFM needs both: without --with-ft a lost rank aborts the job, and with the
-# shared-memory BTL a survivor can hang on the dead rank.
-IN_PROCESS_MPI_ARGS = ("--with-ft", "ulfm", "--mca", "btl", "tcp,self")
+# ULFM needs the first two: without --with-ft a lost rank aborts the job, and
+# with the shared-memory BTL a survivor can hang on the dead rank. The third
+# keeps Open MPI's `han` collectives off: a shrunk world is often uneven
+# (2 ranks on one host, 1 on the other), where han's MPI_Allreduce of 64 MB
+# measured 75x slower than the default `tuned` one (docs/elastic.md).
+IN_PROCESS_MPI_ARGS = ("--with-ft", "ulfm", "--mca", "btl", "tcp,self",
+                       "--mca", "coll_han_priority", "0")
 
 
 def detector_arguments(timeout):

@@ -48,8 +48,15 @@ std::string FailedRanks(MPI_Comm comm) {
   return text;
 }
 
+bool IsRevoked(MPI_Comm comm) {
+  int revoked = 0;
+  return MPIX_Comm_is_revoked(comm, &revoked) == MPI_SUCCESS && revoked;
+}
+
 void OnCommError(MPI_Comm* comm, int* code, ...) {
-  if (!IsPeerFailure(*code)) {
+  // A nonblocking collective cut short by a revocation reports a generic
+  // error (libnbc: MPI_ERR_OTHER); the revoked communicator says why.
+  if (!IsPeerFailure(*code) && !IsRevoked(*comm)) {
     // Not a lost rank: keep MPI's default behaviour for real bugs.
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
@@ -117,6 +124,26 @@ void RevokeAfterPeerLoss(MPI_Comm comm) {
 #else
   (void)comm;
 #endif
+}
+
+int WaitOrRevoked(MPI_Request* request, MPI_Comm comm) {
+#ifdef MPIX_ERR_PROC_FAILED
+  if (FaultTolerantMode()) {
+    for (;;) {
+      int done = 0;
+      const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS || done) return rc;
+      if (IsRevoked(comm)) {
+        NotePeerLost(-1);
+        // The request is left behind on the dead communicator: MPI may not
+        // free an unfinished collective, and nothing completes it any more.
+        return MPIX_ERR_REVOKED;
+      }
+    }
+  }
+#endif
+  (void)comm;
+  return MPI_Wait(request, MPI_STATUS_IGNORE);
 }
 
 Status PeerLostStatus() {

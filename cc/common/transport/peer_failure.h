@@ -33,6 +33,11 @@ bool PeerEverLost();
 void NotePeerLost(int rank);
 // Revokes `comm` if a peer was lost, so every survivor leaves its calls on it.
 void RevokeAfterPeerLoss(MPI_Comm comm);
+// Waits for `request` (an operation on `comm`) to finish. In fault-tolerant
+// mode it also returns, with MPIX_ERR_REVOKED, once another survivor has
+// revoked `comm`: a rank blocked in a send to a live peer that left the
+// collective is not always released by the revocation alone.
+int WaitOrRevoked(MPI_Request* request, MPI_Comm comm);
 // The error every pending collective gets once a rank is lost.
 Status PeerLostStatus();
 
