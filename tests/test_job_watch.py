@@ -63,10 +63,10 @@ def test_text_that_only_looks_like_a_status_start_is_flushed_when_idle():
     assert pump(JobWatch(TOKEN, 1), [other]) == other
 
 
-def run_wrapper(command, rank="5", stop_when_ready=False, die_like_the_rank=False):
+def run_wrapper(command, rank="5", stop_when_ready=False, die_like_the_rank=False, beat_s=None):
     """stop_when_ready: SIGTERM once the program printed "ready" (so the
     wrapper's trap is set and the program runs)."""
-    wrapper = job_watch.rank_wrapper(TOKEN, die_like_the_rank=die_like_the_rank)
+    wrapper = job_watch.rank_wrapper(TOKEN, die_like_the_rank=die_like_the_rank, beat_s=beat_s)
     proc = subprocess.Popen(["sh", "-c", wrapper, "rank"] + command,
                             env=dict(os.environ, OMPI_COMM_WORLD_RANK=rank),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -97,6 +97,43 @@ def test_wrapper_reports_a_teardown_signal_as_stopped_not_as_a_failure():
 def test_wrapper_keeps_the_programs_own_errors():
     rc, _, err = run_wrapper(["no-such-program-tfring"])
     assert rc == 127 and "no-such-program-tfring" in err and "not found" in err
+
+
+def test_wrapper_beats_while_its_rank_runs_and_not_after():
+    """Restart mode's heartbeat: a "beat" line every beat_s seconds while the
+    rank runs; the loop ends with the wrapper, holding none of its pipes
+    (communicate() reads to EOF, so a lingering loop would delay it)."""
+    started = time.time()
+    rc, _, err = run_wrapper(["sh", "-c", "sleep 1"], beat_s=0.1)
+    took = time.time() - started
+    lines = err.splitlines()
+    beats = [l for l in lines if l == "%s %s beat 5" % (job_watch.STATUS, TOKEN)]
+    assert rc == 0 and 4 <= len(beats) <= 11, err
+    assert lines[-1] == "%s %s exit 5 0" % (job_watch.STATUS, TOKEN), err
+    assert took < 1.0 + 1.5, took
+    # Stopped by the teardown: the loop goes too.
+    rc, _, err = run_wrapper(["sh", "-c", "echo ready; exec sleep 30"], stop_when_ready=True,
+                             beat_s=0.1)
+    assert rc == 128 + signal.SIGTERM and err.splitlines()[-1].startswith(
+        "%s %s stopped 5" % (job_watch.STATUS, TOKEN)), err
+    # Without beat_s, no loop and no beat.
+    _, _, err = run_wrapper(["sh", "-c", "sleep 0.3"])
+    assert " beat " not in err
+
+
+def test_a_host_is_silent_when_none_of_its_running_ranks_was_heard_from():
+    watch = JobWatch(TOKEN, 4, PLANNED)
+    pump(watch, [status("start", r, h) for r, h in PLANNED.items()] +
+         [status("beat", 0, ""), status("exit", 1, "0")])
+    assert watch.silent_hosts(time.time(), 5) == []
+    watch.heard.update({0: 100.0, 1: 50.0, 2: 90.0, 3: 93.0})  # rank 1 has ended: not counted
+    assert watch.silent_hosts(97.0, 5) == []  # rank 3 heard 4 s ago
+    assert watch.silent_hosts(99.0, 5) == ["h1"]  # 9 and 6 s since ranks 2 and 3 were heard
+    assert watch.silent_hosts(106.0, 5) == ["h0", "h1"]
+    # A host the launcher declared lost is named in the verdict like one mpirun lost.
+    watch.declared_lost.append("h1")
+    rc, message = watch.verdict(1)
+    assert rc == 1 and "host h1 (ranks 2, 3) was lost" in message, message
 
 
 # --- verdicts -------------------------------------------------------------------

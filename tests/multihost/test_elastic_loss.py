@@ -10,6 +10,9 @@ shrink their communicator (MPI ULFM) and go on in the same processes;
 -> 1, in-process, and ends with the uninterrupted weights;
 (d) a host whose link goes down silently is declared lost by the heartbeat
 detector after --detection-timeout, and the survivors go on in-process;
+(d, restart mode) the same silent host is declared lost by the launcher,
+which stops hearing its rank's heartbeat lines, and the job restarts on
+the other two hosts;
 (a, in-process, 2 hosts x 2 ranks) a rank dies inside a hierarchical
 allreduce (shared memory within the hosts, MPI across): its host peer waits
 for it in shared memory, the other host's ranks in MPI; all get out and
@@ -28,8 +31,8 @@ import time
 import numpy as np
 import pytest
 
-from multihost.elastic_runs import (JOBS, KERAS_JOB, SHM_LOSS_JOB, TAPE_JOB, lost_rank, run_counter,
-                                    text)
+from multihost.elastic_runs import (JOBS, KERAS_JOB, SHM_LOSS_JOB, TAPE_JOB, first, lost_rank,
+                                    run_counter, text)
 from multihost.simulated_hosts import SimulatedHosts, namespaces_available
 
 sys.path.insert(0, JOBS)
@@ -183,6 +186,45 @@ def test_a_silent_link_down_is_detected_and_survived_in_process(tmp_path):
     assert ended - max(t for t, _, l in lines if l.startswith("END")) < 30  # mpirun was ended
     assert left == {"simhost0": [], "simhost1": []}, left  # no daemon or rank left behind
     print("link down -> survivors synced after %.1f s (--detection-timeout 5)" % detected)
+
+
+def test_a_silent_link_down_is_detected_and_survived_by_a_restart(tmp_path):
+    """Restart mode: simhost2's link goes down at step 8 (no process dies,
+    no socket closes, so mpirun would wait for TCP to give up). The launcher
+    hears no beat from its rank's wrapper for --detection-timeout 5 s,
+    declares the host lost, stops mpirun and relaunches on the two other
+    hosts from the mirrored commit; the job ends 0 with the uninterrupted
+    weights and leaves nothing behind on the hosts it kept."""
+    with SimulatedHosts(3) as hosts:
+        cut = {}
+
+        def cut_the_link_at_step_8(line):
+            if line.startswith("STEP rank=0 size=3 step=8 ") and not cut:
+                cut["at"] = time.time()
+                subprocess.run(["ip", "link", "set", hosts.netns("simhost2"), "down"], check=True)
+
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={}, job=TAPE_JOB,
+                                on_line=cut_the_link_at_step_8,
+                                extra_args=["--detection-timeout", "5"], timeout=150)
+        left = {h: hosts.pids_on(h) for h in ("simhost0", "simhost1")}
+    out, err = text(lines, "out"), text(lines, "err")
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "nothing heard from simhost2 for 5 s (--detection-timeout)" in err, err[-5000:]
+    assert "ranks were lost on simhost2 (blacklisted); restarting" in err, err[-5000:]
+    assert "elastic world 1: 2 ranks" in err, err[-5000:]
+    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
+    assert sorted(e[:3] for e in ends) == [(str(r), "2", str(tape_data.STEPS)) for r in range(2)], out
+    for _, _, _, weights in ends:
+        assert np.allclose(json.loads(weights), tape_data.reference_weights(), rtol=1e-5,
+                           atol=1e-5), weights
+    declared, _ = first(lines, "tfringrun: nothing heard from", cut["at"])
+    resumed = min(t for t, _, l in lines if l.startswith("START") and "size=2" in l)
+    # The timeout counts from the last beat heard, up to one beat period
+    # (5 / 3.5 s) before the cut; the launcher checks every 0.1 s.
+    assert 5 - 5 / 3.5 - 0.2 <= declared - cut["at"] < 5 + 2, declared - cut["at"]
+    assert left == {"simhost0": [], "simhost1": []}, left
+    print("link down, restart mode -> declared lost after %.1f s, 2-rank world synced after "
+          "%.1f s (--detection-timeout 5)" % (declared - cut["at"], resumed - cut["at"]))
 
 
 def test_a_python_exception_in_a_rank_is_no_host_loss(tmp_path):

@@ -39,13 +39,14 @@ def add_arguments(parser):
     group.add_argument("--recovery", choices=("restart", "in-process"), default="restart",
                        help="what a lost rank costs: 'restart' relaunches every rank from the "
                             "in-memory mirror; 'in-process' keeps the survivors' processes (MPI "
-                            "ULFM: mpirun --with-ft ulfm, MPI over TCP, no shared-memory "
-                            "allreduce). Default: restart")
+                            "ULFM: mpirun --with-ft ulfm, MPI over TCP between hosts). "
+                            "Default: restart")
     group.add_argument("--detection-timeout", type=float, default=10.0, metavar="S",
-                       help="--recovery in-process: a rank silent for S seconds (its host's "
-                            "link down, the host frozen) is declared lost (Open MPI's heartbeat "
-                            "detector, a beat every S/3 s). Lower finds a silent loss sooner but "
-                            "may declare a rank on an overloaded host dead. Default: 10")
+                       help="a host silent for S seconds (its link down, the machine frozen) "
+                            "is declared lost: in-process, by Open MPI's heartbeat detector; "
+                            "with restart, by the launcher, which hears a beat from every "
+                            "rank's wrapper every S/3.5 s. Lower finds a silent loss sooner but "
+                            "may declare an overloaded host dead. Default: 10")
 
 
 def is_elastic(args):
@@ -78,6 +79,15 @@ def check_arguments(args, error):
 # measured 75x slower than the default `tuned` one (docs/elastic.md).
 IN_PROCESS_MPI_ARGS = ("--with-ft", "ulfm", "--mca", "btl", "tcp,self",
                        "--mca", "coll_han_priority", "0")
+
+
+def beat_interval(args):
+    """Seconds between the rank wrappers' heartbeat lines, or None: the
+    restart mode's detection of a silent host (in-process mode has Open
+    MPI's detector, plain jobs neither)."""
+    if not is_elastic(args) or in_process(args):
+        return None
+    return args.detection_timeout / 3.5
 
 
 def detector_arguments(timeout):

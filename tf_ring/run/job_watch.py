@@ -13,6 +13,7 @@ import os
 import re
 import select
 import threading
+import time
 
 STATUS = "tfringrun-status"
 # mpirun's own words (on stdout or stderr) for a daemon that failed to
@@ -34,8 +35,17 @@ TF_GPU_PROBE_NOISE = re.compile(
     rb"CUDA_ERROR_NO_DEVICE|no CUDA-capable device)[^\n]*)\r?\n", re.MULTILINE)
 
 
-def rank_wrapper(token, die_like_the_rank=False):
+def rank_wrapper(token, die_like_the_rank=False, beat_s=None):
     """The sh script every rank runs under ("$@" is the user's command).
+
+    beat_s: a background loop reports "beat" every beat_s seconds while the
+    wrapper lives, so the launcher hears from every host even while the
+    ranks are quiet or blocked; a host whose beats stop (link down, machine
+    frozen) is one no socket error may report for many minutes. The loop
+    ends with the wrapper: killed when the rank ends, and checking each time
+    that the wrapper is alive (and no zombie: a TERM from the teardown that
+    lands while the loop is being forked may leave it running); its sleep
+    holds none of the job's pipes.
 
     die_like_the_rank: a rank killed by a signal takes its shell down with
     SIGKILL after reporting, instead of exiting with 128+signal. Under ULFM
@@ -52,7 +62,11 @@ def rank_wrapper(token, die_like_the_rank=False):
     return ('exec 3>&2 2>/dev/null; stopped=; trap "stopped=1" TERM INT HUP; '
             'r=${OMPI_COMM_WORLD_RANK:-?}; '
             + status + ' start $r $(uname -n)" >&3; '
-            '(exec 2>&3 3>&-; exec "$@"); rc=$?; '
+            + (('(while kill -0 $$ && ! grep -q "^State:.*Z" /proc/$$/status; do '
+                'sleep %g </dev/null >/dev/null 3>&-; ' % beat_s
+                + status + ' beat $r" >&3 || exit 0; done) & b=$!; ') if beat_s else '')
+            + '(exec 2>&3 3>&-; exec "$@"); rc=$?; '
+            + ('kill $b; ' if beat_s else '') +
             'if [ -n "$stopped" ]; then ' + status + ' stopped $r $rc" >&3; exit $rc; fi; '
             'if [ $rc -ne 0 ]; then echo "tfringrun: rank $r exited with code $rc" >&3; fi; '
             + status + ' exit $r $rc" >&3; '
@@ -74,7 +88,9 @@ class JobWatch(object):
         self.started = {}  # rank -> host it reported
         self.ended = {}  # rank -> ("exit" or "stopped", code)
         self.end_order = []  # ranks in the order their ends were reported
-        self._status = re.compile(rb"%s %s (start|exit|stopped) (\S+) ?(\S*)\r?\n"
+        self.heard = {}  # rank -> when its last status line (start or beat) came
+        self.declared_lost = []  # hosts the launcher gave up on for their silence
+        self._status = re.compile(rb"%s %s (start|exit|stopped|beat) (\S+) ?(\S*)\r?\n"
                                   % (STATUS.encode(), token.encode()))
         self._tails = {}  # out stream -> the last of what passed through it
         self._lock = threading.Lock()  # stdout and stderr are pumped by two threads
@@ -142,9 +158,11 @@ class JobWatch(object):
             self._record_locked(kind, rank, value)
 
     def _record_locked(self, kind, rank, value):
+        if kind in ("start", "beat"):
+            self.heard[int(rank)] = time.time()
         if kind == "start":
             self.started[int(rank)] = value
-        else:
+        elif kind != "beat":
             self.ended[int(rank)] = (kind, int(value) if value.isdigit() else -1)
             self.end_order.append(int(rank))
 
@@ -159,6 +177,21 @@ class JobWatch(object):
         """{host: [ranks]} planned there that never reported starting."""
         return _by_host((r, self.planned.get(r, "?")) for r in range(self.np)
                         if r not in self.started)
+
+    def silent_hosts(self, now, timeout):
+        """Hosts none of whose running ranks (started, not ended) has been
+        heard from for more than `timeout` seconds."""
+        ages = {}
+        with self._lock:
+            for rank, host in self.started.items():
+                if rank not in self.ended:
+                    ages.setdefault(host, []).append(now - self.heard.get(rank, now))
+        return sorted(h for h, a in ages.items() if min(a) > timeout)
+
+    def lost_hosts_named(self):
+        """Hosts declared lost: by the launcher for their silence, then by
+        mpirun's own messages."""
+        return _ordered(self.declared_lost + self.mpirun_named_hosts())
 
     def mpirun_said(self, text):
         """Whether `text` (bytes) passed through mpirun's output."""
@@ -209,7 +242,7 @@ class JobWatch(object):
     def _lost_message(self, lost):
         # mpirun names the host whose daemon it lost when it says anything;
         # otherwise the lost ranks' own hosts are the ones that went away.
-        named = self.mpirun_named_hosts()
+        named = self.lost_hosts_named()
         hosts = _ordered(named or [self.host_of(r) for r in lost])
         lines = []
         if not named and len(hosts) > 1:

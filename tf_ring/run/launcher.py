@@ -183,7 +183,8 @@ def build_command(args, is_root=None, cores=None, environ=None, token="job"):
     cmd += _network_arguments(args)
     cmd += shlex.split(args.mpi_args)
     wrapper = (_SHARE_GPU_PREFIX if getattr(args, "share_gpu", False) else "") + job_watch.rank_wrapper(
-        token, die_like_the_rank=elastic_driver.in_process(args))
+        token, die_like_the_rank=elastic_driver.in_process(args),
+        beat_s=elastic_driver.beat_interval(args))
     cmd += ["sh", "-c", wrapper, "tfringrun-rank"] + list(args.command)
     return cmd
 
@@ -279,14 +280,15 @@ def _run_world(world, env, token, cleanup):
             os.remove(size_file)  # a shrunk size from the last world is not this one's
         finished = lambda: elastic_plan.survivors_finished(  # noqa: E731
             dict(watch.ended), _read_int(size_file, world.np))
+    silence = world.detection_timeout if elastic_driver.beat_interval(world) else None
     rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup, say_failed=False,
-                  finished=finished)
+                  finished=finished, silence_timeout=silence)
     if finished is not None:
         return elastic_plan.judge_in_process_world(dict(watch.ended), list(watch.end_order),
-                                                   watch.lost_ranks(), watch.mpirun_named_hosts(),
+                                                   watch.lost_ranks(), watch.lost_hosts_named(),
                                                    watch.host_of)
     rc, lost = elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
-                                        watch.lost_ranks(), watch.mpirun_named_hosts(),
+                                        watch.lost_ranks(), watch.lost_hosts_named(),
                                         watch.host_of, watch.mpi_error_ranks())
     # A world that lost ranks or was asked to grow restarts (the driver says
     # so); "job failed" there would be wrong. Only an ordinary failure says it.
@@ -360,13 +362,15 @@ def _read_int(path, default):
 
 
 def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_failed=True,
-             finished=None):
+             finished=None, silence_timeout=None):
     """Runs mpirun; `cleanup(hosts, mpirun_pid)` then stops daemons left on
     hosts where no rank started. say_failed=False leaves the generic "job
     failed" line to the caller (an elastic world may end in a restart).
     `finished()` True: the ranks are done though mpirun may not know (under
     ULFM it has been seen to wait for a lost rank); mpirun is stopped after
-    _FINISH_GRACE_S."""
+    _FINISH_GRACE_S. `silence_timeout`: a host whose ranks' wrappers have not
+    been heard from for that long (job_watch's beats) is declared lost and
+    mpirun is stopped, its job being stuck on that host."""
     received, started = [], []
 
     def forward(signum, _frame):
@@ -399,6 +403,17 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_fai
                 done_at = done_at or now
                 if now - done_at > _FINISH_GRACE_S:
                     stop_asked, stop_grace = now, _FINISH_GRACE_S  # nothing left to save
+                    proc.terminate()
+            if silence_timeout and watch and stop_asked is None:
+                silent = watch.silent_hosts(now, silence_timeout)
+                if silent:
+                    watch.declared_lost.extend(silent)
+                    print("tfringrun: nothing heard from %s for %g s (--detection-timeout): "
+                          "declaring it lost and stopping the job" % (", ".join(silent),
+                                                                       silence_timeout),
+                          file=sys.stderr)
+                    # mpirun may wait on the silent host's daemon: a short grace.
+                    stop_asked, stop_grace = now, _FINISH_GRACE_S
                     proc.terminate()
             if (watch and not start_timed_out and not watch.all_started()
                     and now - launched > start_timeout):
