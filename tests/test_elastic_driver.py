@@ -158,21 +158,25 @@ def test_in_process_recovery_adds_ulfm_to_mpirun_and_the_ranks_env(tmp_path):
     assert calls == [3, 2]  # the restart mode relaunches smaller
 
 
-def test_only_the_restart_mode_has_its_ranks_beat():
-    """Restart mode: every rank's wrapper reports a beat every
-    --detection-timeout / 3.5 s, and the launcher declares a host lost after
-    that long without one. In-process mode has Open MPI's detector instead;
-    a plain job neither."""
+def test_every_rank_beats_but_in_process_or_with_output_to_files():
+    """Restart mode and plain jobs: every rank's wrapper reports a beat
+    every --detection-timeout / 3.5 s, and the launcher declares a host lost
+    after that long without one. In-process mode has Open MPI's detector
+    instead; with --output the launcher cannot read the ranks' stderr."""
     def wrapper_of(argv):
         args = launcher.parse_args(argv + ["python", "x.py"], environ={})
         cmd = launcher.build_command(args, cores=4)
-        return elastic_driver.beat_interval(args), cmd[cmd.index("tfringrun-rank") - 1]
+        return launcher._beat_interval(args), cmd[cmd.index("tfringrun-rank") - 1]
     elastic = ["-np", "3", "--min-np", "2", "--host-discovery-script", "true"]
-    beat, wrapper = wrapper_of(elastic + ["--detection-timeout", "7"])
-    assert beat == 2.0 and "sleep 2 " in wrapper and " beat $r" in wrapper
-    for argv in (elastic + ["--recovery", "in-process"], ["-np", "2"]):
+    for argv in (elastic + ["--detection-timeout", "7"], ["-np", "2", "--detection-timeout", "7"]):
+        beat, wrapper = wrapper_of(argv)
+        assert beat == 2.0 and "sleep 2 " in wrapper and " beat $r" in wrapper
+    for argv in (elastic + ["--recovery", "in-process"],
+                 ["-np", "2", "--mpi-args", "--output-filename /tmp/x"]):
         beat, wrapper = wrapper_of(argv)
         assert beat is None and " beat " not in wrapper
+    with pytest.raises(SystemExit):
+        launcher.parse_args(["-np", "2", "--detection-timeout", "0", "python", "x.py"], environ={})
 
 
 def test_an_in_process_world_is_judged_by_its_survivors():

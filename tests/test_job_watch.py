@@ -192,7 +192,7 @@ def test_a_pmix_start_failure_before_any_rank_is_retried_once(monkeypatch, capsy
             b"continue.\n-----\n")
     runs = []
 
-    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup):
+    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup, silence_timeout=None):
         runs.append(watch)
         if len(runs) == 1:
             pump(watch, [said])
@@ -206,7 +206,7 @@ def test_a_pmix_start_failure_before_any_rank_is_retried_once(monkeypatch, capsy
 
     runs.clear()
 
-    def fails_otherwise(cmd, env, np, watch, start_timeout, cleanup):
+    def fails_otherwise(cmd, env, np, watch, start_timeout, cleanup, silence_timeout=None):
         runs.append(watch)
         pump(watch, [b"some other mpirun error\n"])
         return 1

@@ -1,6 +1,6 @@
-"""A host that dies mid-training, or whose daemon cannot start, fails the
-whole job with a non-zero exit naming that host, and leaves nothing behind.
-2 simulated hosts x 2 ranks."""
+"""A host that dies mid-training, goes silent (its link down), or whose
+daemon cannot start, fails the whole job with a non-zero exit naming that
+host, and leaves nothing behind. 2 simulated hosts x 2 ranks."""
 import os
 import signal
 import subprocess
@@ -88,6 +88,41 @@ def test_killing_a_host_mid_training_fails_the_job_naming_it(victim, command):
         assert "0 of 4 ranks finished cleanly" in err
         assert "tfringrun-status" not in out + err  # the status lines are the launcher's
         assert_nothing_left(hosts, proc)
+
+
+def test_a_host_gone_silent_fails_the_job_naming_it():
+    """The second host's link goes down while every rank is in the loop: no
+    process dies and no socket closes, so without the launcher's heartbeat
+    the job would wait until TCP gives up. With --detection-timeout 5 it
+    ends within seconds, non-zero, naming the silent host, and leaves
+    nothing behind on the host still reachable."""
+    with SimulatedHosts(2) as hosts:
+        proc = start_job(hosts.launcher_args(2) + ["--detection-timeout", "5"],
+                         [sys.executable, "-c", MPI_LOOP])
+        training = []
+        while len(training) < 4:
+            line = proc.stdout.readline()
+            if not line:
+                pytest.fail("job ended early:\n" + proc.stderr.read()[-5000:])
+            training += [line] if line.startswith("TRAINING") else []
+        silent = hosts.hostnames[1]
+        subprocess.run(["ip", "link", "set", hosts.netns(silent), "down"], check=True)
+        start = time.time()
+        out, err = finish(proc, timeout=60)
+        elapsed = time.time() - start
+        assert proc.returncode != 0, err[-3000:]
+        assert "tfringrun: nothing heard from %s for 5 s (--detection-timeout)" % silent in err, \
+            err[-3000:]
+        assert "tfringrun: host %s (ranks 2, 3) was lost" % silent in err, err[-3000:]
+        # The timeout from the last beat (up to 5 / 3.5 s before the cut),
+        # then mpirun gets 3 s to stop before it is killed.
+        assert 5 - 5 / 3.5 - 0.2 < elapsed < 20, elapsed
+        assert "tfringrun-status" not in out + err
+        deadline = time.time() + 15
+        while hosts.pids_on(hosts.hostnames[0]) and time.time() < deadline:
+            time.sleep(0.5)
+        assert hosts.pids_on(hosts.hostnames[0]) == []
+    print("silent host -> plain job stopped after %.1f s (--detection-timeout 5)" % elapsed)
 
 
 def write_agent(path, real_agent, broken_host, action):

@@ -133,6 +133,8 @@ def parse_args(argv, environ=None):
         parser.error("--start-timeout must be positive")
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
         parser.error("--ssh-port %d is not a port number (1-65535)" % args.ssh_port)
+    if args.detection_timeout <= 0:
+        parser.error("--detection-timeout must be positive")
     if elastic_driver.is_elastic(args):
         elastic_driver.check_arguments(args, parser.error)
     if args.rsh_agent and os.path.isfile(args.rsh_agent):
@@ -184,9 +186,18 @@ def build_command(args, is_root=None, cores=None, environ=None, token="job"):
     cmd += shlex.split(args.mpi_args)
     wrapper = (_SHARE_GPU_PREFIX if getattr(args, "share_gpu", False) else "") + job_watch.rank_wrapper(
         token, die_like_the_rank=elastic_driver.in_process(args),
-        beat_s=elastic_driver.beat_interval(args))
+        beat_s=_beat_interval(args))
     cmd += ["sh", "-c", wrapper, "tfringrun-rank"] + list(args.command)
     return cmd
+
+
+def _beat_interval(args):
+    """Seconds between the rank wrappers' heartbeat lines (job_watch), or
+    None: in-process mode has Open MPI's own detector, and a job whose
+    stderr goes to files (--output) cannot be watched."""
+    if elastic_driver.in_process(args) or not _watches_status(args):
+        return None
+    return args.detection_timeout / 3.5
 
 
 def _watches_status(args):
@@ -257,7 +268,8 @@ def main(argv=None):
             planned = layout.rank_layout(args.np, args.hosts, os.cpu_count() or 1)
             watch = job_watch.JobWatch(token, args.np, {rank: host for rank, host, _ in planned},
                                        drop_tf_gpu_probe=_drops_tf_gpu_probe(args))
-        rc = _run_job(cmd, env, args.np, watch, args.start_timeout, cleanup)
+        rc = _run_job(cmd, env, args.np, watch, args.start_timeout, cleanup,
+                      silence_timeout=args.detection_timeout if _beat_interval(args) else None)
         if attempt == 1 and rc != 0 and watch and _mpirun_failed_to_start_itself(watch):
             print("tfringrun: mpirun's own PMIx server failed to start before any rank ran "
                   "(a transient Open MPI start-up failure); starting the job once more",
@@ -280,7 +292,7 @@ def _run_world(world, env, token, cleanup):
             os.remove(size_file)  # a shrunk size from the last world is not this one's
         finished = lambda: elastic_plan.survivors_finished(  # noqa: E731
             dict(watch.ended), _read_int(size_file, world.np))
-    silence = world.detection_timeout if elastic_driver.beat_interval(world) else None
+    silence = world.detection_timeout if _beat_interval(world) else None
     rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup, say_failed=False,
                   finished=finished, silence_timeout=silence)
     if finished is not None:
