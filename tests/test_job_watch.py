@@ -136,6 +136,34 @@ def test_a_host_is_silent_when_none_of_its_running_ranks_was_heard_from():
     assert rc == 1 and "host h1 (ranks 2, 3) was lost" in message, message
 
 
+def test_a_blocked_output_is_no_silence_of_the_hosts():
+    """The launcher's own reader stalls (its stderr pipe full): while the
+    pump is stuck writing it hears no beat, so no host is declared silent
+    then, and the stalled time does not count against them afterwards."""
+    class SlowOut(object):
+        def __init__(self):
+            self.writing = threading.Event()
+
+        def write(self, data):
+            self.writing.set()
+            time.sleep(1.5)
+
+        def flush(self):
+            pass
+
+    watch = JobWatch(TOKEN, 4, PLANNED)
+    pump(watch, [status("start", r, h) for r, h in PLANNED.items()])
+    watch.heard.update({r: time.time() - 1.0 for r in PLANNED})
+    out = SlowOut()
+    thread = threading.Thread(target=watch._emit, args=(b"some output\n", out))
+    thread.start()
+    assert out.writing.wait(5)
+    assert watch.silent_hosts(time.time(), 0.5) == []  # blocked: nothing could be heard
+    thread.join()
+    assert watch.silent_hosts(time.time(), 1.2) == []  # 2.5 s since heard, 1.5 of them stalled
+    assert watch.silent_hosts(time.time() + 1.0, 1.2) == ["h0", "h1"]
+
+
 # --- verdicts -------------------------------------------------------------------
 
 PLANNED = {0: "h0", 1: "h0", 2: "h1", 3: "h1"}

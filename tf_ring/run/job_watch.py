@@ -89,6 +89,7 @@ class JobWatch(object):
         self.ended = {}  # rank -> ("exit" or "stopped", code)
         self.end_order = []  # ranks in the order their ends were reported
         self.heard = {}  # rank -> when its last status line (start or beat) came
+        self._writing = 0  # pump threads inside a write of the launcher's output
         self.declared_lost = []  # hosts the launcher gave up on for their silence
         self._status = re.compile(rb"%s %s (start|exit|stopped|beat) (\S+) ?(\S*)\r?\n"
                                   % (STATUS.encode(), token.encode()))
@@ -144,8 +145,22 @@ class JobWatch(object):
 
     def _emit(self, data, out):
         if data:
-            out.write(data)
-            out.flush()
+            # While the launcher's own output is blocked (its reader is slow)
+            # this thread reads nothing, beats included: that time says
+            # nothing about the hosts, so their silence clocks skip it.
+            with self._lock:
+                self._writing += 1
+            began = time.time()
+            try:
+                out.write(data)
+                out.flush()
+            finally:
+                with self._lock:
+                    self._writing -= 1
+                    now = time.time()
+                    if now - began > 0.2:
+                        for rank in self.heard:
+                            self.heard[rank] = min(now, self.heard[rank] + now - began)
             with self._lock:
                 tail = self._tails.setdefault(id(out), bytearray())
                 tail += data
@@ -183,6 +198,8 @@ class JobWatch(object):
         heard from for more than `timeout` seconds."""
         ages = {}
         with self._lock:
+            if self._writing:
+                return []  # a write may be blocked: nothing can be heard meanwhile
             for rank, host in self.started.items():
                 if rank not in self.ended:
                     ages.setdefault(host, []).append(now - self.heard.get(rank, now))
