@@ -133,7 +133,10 @@ Status Engine::Init(const void* mpi_comm) {
     impl->set_options.shm_single_copy = settings.shm_single_copy;
     impl->set_options.shm_area_bytes = static_cast<size_t>(
         settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes : kDefaultShmChunkBytes);
+    impl->set_options.hierarchical_area_bytes = static_cast<size_t>(
+        settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes : kDefaultHierarchicalChunkBytes);
   }
+  impl->set_options.hierarchical = settings.hierarchical;
   HostCounts host_counts;
   host_counts.shm_allowed = settings.shm;
   s = impl->hosts.Init(impl->mpi, &host_counts);

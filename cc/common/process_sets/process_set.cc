@@ -32,12 +32,20 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
   Status s = mpi_.InitGroup(world, ranks_, id_);
   if (!s.ok()) return s;
   connected_ = true;
-  // Hierarchical collectives, NCCL and autotune belong to the global set.
-  // A set on one host reduces through its own shared memory, as the global
-  // set does; otherwise it runs plain MPI.
+  // The set chooses its paths as the global set does, from its own members'
+  // layout: shared memory when they share one host, hierarchical across
+  // hosts (shared memory in each, MPI across), else plain MPI. NCCL and
+  // autotune belong to the global set.
+  HostCounts counts;
+  counts.shm_allowed = options.shm_area_bytes > 0;
+  s = hosts_.Init(mpi_, &counts);
+  if (!s.ok()) return s;
+  hierarchical_ = ChooseHierarchical(options.hierarchical, counts).hierarchical;
+  const bool one_host = mpi_.local_size() == mpi_.size();
   ShmSegment* shm = nullptr;
-  if (options.shm_area_bytes > 0 && mpi_.size() > 1 && AllOnOneHost()) {
-    s = shm_.Init(mpi_.comm(), options.shm_area_bytes, options.shm_single_copy, my_rank_);
+  if (mpi_.size() > 1 && ((one_host && counts.shm_allowed) || hierarchical_)) {
+    const size_t area = hierarchical_ ? options.hierarchical_area_bytes : options.shm_area_bytes;
+    s = shm_.Init(mpi_.local_comm(), area, options.shm_single_copy, my_rank_);
     if (!s.ok()) return s;
     shm = &shm_;
     int watches = shm_.watches_peers() ? 1 : 0, everyone = 0;
@@ -45,6 +53,7 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
     if (FaultTolerantMode() && !everyone) {  // a dead member would hang the others: MPI instead
       shm_.Release();
       shm = nullptr;
+      hierarchical_ = false;
     }
   }
   controller_ = std::make_unique<Controller>(
@@ -52,21 +61,10 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
       StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds});
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
   timeline_ = options.timeline;  // shared with the global set; events carry the set's id
-  operations_ = std::make_unique<OperationManager>(&mpi_, shm, nullptr, options.timeline);
+  operations_ = std::make_unique<OperationManager>(&mpi_, shm, hierarchical_ ? &hosts_ : nullptr,
+                                                   options.timeline);
   operations_->set_process_set(id_);
   return Status::OK();
-}
-
-bool ProcessSet::AllOnOneHost() {
-  // Collective over the set: every member gets the same answer.
-  MPI_Comm local = MPI_COMM_NULL;
-  MPI_Comm_split_type(mpi_.comm(), MPI_COMM_TYPE_SHARED, mpi_.rank(), MPI_INFO_NULL, &local);
-  int local_size = 0;
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  int smallest = local_size;
-  MPI_Allreduce(MPI_IN_PLACE, &smallest, 1, MPI_INT, MPI_MIN, mpi_.comm());
-  return smallest == mpi_.size();
 }
 
 std::string ProcessSet::RunCycle(int64_t fusion_threshold) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/negotiation/controller.h"
+#include "common/transport/host_layout.h"
 #include "common/transport/mpi_context.h"
 #include "common/transport/shm_segment.h"
 #include "common/operation_manager.h"
@@ -32,6 +33,11 @@ struct ProcessSetOptions {
   // Shared-memory staging per member for sets whose members share one host
   // (0: plain MPI only, as with TF_RING_SHM=0).
   size_t shm_area_bytes = 0;
+  // The same when the set goes hierarchical (it spans hosts with several
+  // members on each, as many on every host): TF_RING_HIERARCHICAL decides,
+  // as for the global set.
+  size_t hierarchical_area_bytes = 0;
+  HierarchicalMode hierarchical = HierarchicalMode::kAuto;
   bool shm_single_copy = false;  // large allreduces read peers' tensors directly
   // The engine's timeline (it records only where it was started, rank 0).
   Timeline* timeline = nullptr;
@@ -45,7 +51,8 @@ class ProcessSet {
 
   // Members only: builds the set's communicator from `world`, collectively
   // with the other members (every member calls it with the same id), and
-  // its shared-memory segment when every member runs on one host.
+  // its shared-memory segment when every member runs on one host or the set
+  // goes hierarchical across hosts.
   Status Connect(MPI_Comm world, const ProcessSetOptions& options);
 
   int32_t id() const { return id_; }
@@ -73,6 +80,8 @@ class ProcessSet {
   std::vector<TensorEntry> Close();
   // Whether this set is reducing through shared memory.
   bool uses_shm() const { return shm_.ready(); }
+  // Whether its collectives run hierarchically across hosts.
+  bool hierarchical() const { return hierarchical_; }
 
  private:
   const int32_t id_;
@@ -80,9 +89,10 @@ class ProcessSet {
   const int set_rank_;
   const int my_rank_;
   MpiContext mpi_;
-  bool AllOnOneHost();
+  HostLayout hosts_;
 
   bool connected_ = false;
+  bool hierarchical_ = false;
   ShmSegment shm_;
   Timeline* timeline_ = nullptr;
   TensorQueue queue_;

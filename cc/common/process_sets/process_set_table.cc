@@ -19,7 +19,7 @@ Status ProcessSetTable::Submit(int32_t id, std::vector<TensorEntry> entries,
     if (!set.included()) break;
     if (r.device >= 0) {
       return Status::InvalidArgument(what + ": process set " + set.Describe() +
-                                     " runs on host tensors only (plain MPI); only the global set "
+                                     " runs on host tensors only (no NCCL); only the global set "
                                      "runs GPU tensors. Copy the tensor to the CPU first.");
     }
     r.rank = set.set_rank();

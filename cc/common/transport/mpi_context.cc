@@ -38,7 +38,11 @@ Status MpiContext::Init(const MPI_Comm* user_comm) {
   WatchForPeerFailure(comm_);  // the communicators split from it inherit the handler
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  SplitByHost();
+  return Status::OK();
+}
 
+void MpiContext::SplitByHost() {
   MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_);
   MPI_Comm_rank(local_comm_, &local_rank_);
   MPI_Comm_size(local_comm_, &local_size_);
@@ -50,7 +54,6 @@ Status MpiContext::Init(const MPI_Comm* user_comm) {
   int extremes[2] = {local_size_, -local_size_};
   MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT, MPI_MIN, comm_);
   homogeneous_ = extremes[0] == -extremes[1];
-  return Status::OK();
 }
 
 Status MpiContext::InitGroup(MPI_Comm parent, const std::vector<int>& ranks, int tag) {
@@ -64,6 +67,7 @@ Status MpiContext::InitGroup(MPI_Comm parent, const std::vector<int>& ranks, int
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Query_thread(&thread_level_);
+  SplitByHost();
   return Status::OK();
 }
 

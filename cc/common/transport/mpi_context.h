@@ -19,8 +19,8 @@ class MpiContext {
   // MPI_THREAD_MULTIPLE when nobody has yet.
   Status Init(const MPI_Comm* user_comm);
   // A process set's communicator: `ranks` (ascending ranks of `parent`)
-  // form it. Only those ranks call this, all with the same `tag`. No
-  // node-local or cross communicators: a set runs the plain MPI transports.
+  // form it, with its own node-local and cross communicators. Only those
+  // ranks call this, all with the same `tag`.
   Status InitGroup(MPI_Comm parent, const std::vector<int>& ranks, int tag);
   // Frees the communicators; MPI itself stays up so init() may run again.
   void Release();
@@ -46,6 +46,9 @@ class MpiContext {
   static int Wait(MPI_Request* request);
 
  private:
+  // Splits comm_ into the node-local and cross communicators (collective).
+  void SplitByHost();
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
