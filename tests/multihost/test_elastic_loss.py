@@ -207,6 +207,9 @@ def test_a_silent_link_down_is_detected_and_survived_by_a_restart(tmp_path):
                                 on_line=cut_the_link_at_step_8,
                                 extra_args=["--detection-timeout", "5"], timeout=150)
         left = {h: hosts.pids_on(h) for h in ("simhost0", "simhost1")}
+        what = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,args", "-p",
+                               ",".join(str(p) for ps in left.values() for p in ps) or "1"],
+                              capture_output=True, text=True).stdout
     out, err = text(lines, "out"), text(lines, "err")
     assert rc == 0, out[-3000:] + err[-5000:]
     assert "nothing heard from simhost2 for 5 s (--detection-timeout)" in err, err[-5000:]
@@ -222,7 +225,7 @@ def test_a_silent_link_down_is_detected_and_survived_by_a_restart(tmp_path):
     # The timeout counts from the last beat heard, up to one beat period
     # (5 / 3.5 s) before the cut; the launcher checks every 0.1 s.
     assert 5 - 5 / 3.5 - 0.2 <= declared - cut["at"] < 5 + 2, declared - cut["at"]
-    assert left == {"simhost0": [], "simhost1": []}, left
+    assert left == {"simhost0": [], "simhost1": []}, (left, what)
     print("link down, restart mode -> declared lost after %.1f s, 2-rank world synced after "
           "%.1f s (--detection-timeout 5)" % (declared - cut["at"], resumed - cut["at"]))
 

@@ -45,7 +45,7 @@ def rank_wrapper(token, die_like_the_rank=False, beat_s=None):
     ends with the wrapper: killed when the rank ends, and checking each time
     that the wrapper is alive (and no zombie: a TERM from the teardown that
     lands while the loop is being forked may leave it running); its sleep
-    holds none of the job's pipes.
+    holds none of the job's pipes and goes with it.
 
     die_like_the_rank: a rank killed by a signal takes its shell down with
     SIGKILL after reporting, instead of exiting with 128+signal. Under ULFM
@@ -62,8 +62,9 @@ def rank_wrapper(token, die_like_the_rank=False, beat_s=None):
     return ('exec 3>&2 2>/dev/null; stopped=; trap "stopped=1" TERM INT HUP; '
             'r=${OMPI_COMM_WORLD_RANK:-?}; '
             + status + ' start $r $(uname -n)" >&3; '
-            + (('(while kill -0 $$ && ! grep -q "^State:.*Z" /proc/$$/status; do '
-                'sleep %g </dev/null >/dev/null 3>&-; ' % beat_s
+            + (('(trap \'kill $s; exit 0\' TERM; s=; '
+                'while kill -0 $$ && ! grep -q "^State:.*Z" /proc/$$/status; do '
+                'sleep %g </dev/null >/dev/null 3>&- & s=$!; wait $s; ' % beat_s
                 + status + ' beat $r" >&3 || exit 0; done) & b=$!; ') if beat_s else '')
             + '(exec 2>&3 3>&-; exec "$@"); rc=$?; '
             + ('kill $b; ' if beat_s else '') +
