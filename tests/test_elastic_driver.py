@@ -158,11 +158,12 @@ def test_in_process_recovery_adds_ulfm_to_mpirun_and_the_ranks_env(tmp_path):
     assert calls == [3, 2]  # the restart mode relaunches smaller
 
 
-def test_every_rank_beats_but_in_process_or_with_output_to_files():
-    """Restart mode and plain jobs: every rank's wrapper reports a beat
-    every --detection-timeout / 3.5 s, and the launcher declares a host lost
-    after that long without one. In-process mode has Open MPI's detector
-    instead; with --output the launcher cannot read the ranks' stderr."""
+def test_ranks_beat_when_a_detection_timeout_is_given():
+    """Restart mode and plain jobs with --detection-timeout S: every rank's
+    wrapper reports a beat every S / 3.5 s, and the launcher declares a host
+    lost after S s without one. Without the flag, no beat (a saturated link
+    can delay them); in-process mode has Open MPI's detector instead; with
+    --output the launcher cannot read the ranks' stderr."""
     def wrapper_of(argv):
         args = launcher.parse_args(argv + ["python", "x.py"], environ={})
         cmd = launcher.build_command(args, cores=4)
@@ -171,8 +172,8 @@ def test_every_rank_beats_but_in_process_or_with_output_to_files():
     for argv in (elastic + ["--detection-timeout", "7"], ["-np", "2", "--detection-timeout", "7"]):
         beat, wrapper = wrapper_of(argv)
         assert beat == 2.0 and "sleep 2 " in wrapper and " beat $r" in wrapper
-    for argv in (elastic + ["--recovery", "in-process"],
-                 ["-np", "2", "--mpi-args", "--output-filename /tmp/x"]):
+    for argv in (elastic, ["-np", "2"], elastic + ["--recovery", "in-process"],
+                 ["-np", "2", "--detection-timeout", "7", "--mpi-args", "--output-filename /tmp/x"]):
         beat, wrapper = wrapper_of(argv)
         assert beat is None and " beat " not in wrapper
     with pytest.raises(SystemExit):

@@ -41,13 +41,14 @@ def add_arguments(parser):
                             "in-memory mirror; 'in-process' keeps the survivors' processes (MPI "
                             "ULFM: mpirun --with-ft ulfm, MPI over TCP between hosts). "
                             "Default: restart")
-    group.add_argument("--detection-timeout", type=float, default=10.0, metavar="S",
+    group.add_argument("--detection-timeout", type=float, default=None, metavar="S",
                        help="a host silent for S seconds (its link down, the machine frozen) "
-                            "is declared lost: in-process, by Open MPI's heartbeat detector; "
-                            "otherwise by the launcher, which hears a beat from every rank's "
-                            "wrapper every S/3.5 s (an elastic job then restarts without the "
-                            "host, a plain one stops naming it). Lower finds a silent loss "
-                            "sooner but may declare an overloaded host dead. Default: 10")
+                            "is declared lost. --recovery in-process: Open MPI's heartbeat "
+                            "detector (default 10). Otherwise off unless given: the launcher "
+                            "then hears a beat from every rank's wrapper every S/3.5 s (an "
+                            "elastic job restarts without a silent host, a plain one stops "
+                            "naming it); the beats cross the job's network, so on a saturated "
+                            "link give a minute or more (docs/launching.md)")
 
 
 def is_elastic(args):
@@ -68,7 +69,8 @@ def check_arguments(args, error):
         error("--slots-per-host must be at least 1")
     if args.recovery == "in-process":
         args.mpi_args = " ".join([args.mpi_args, *IN_PROCESS_MPI_ARGS,
-                                  *detector_arguments(args.detection_timeout)]).strip()
+                                  *detector_arguments(args.detection_timeout or
+                                                      DEFAULT_DETECTION_TIMEOUT)]).strip()
 
 
 # ULFM needs the first two: without --with-ft a lost rank aborts the job, and
@@ -78,6 +80,9 @@ def check_arguments(args, error):
 # measured 75x slower than the default `tuned` one (docs/elastic.md).
 IN_PROCESS_MPI_ARGS = ("--with-ft", "ulfm", "--mca", "btl", "tcp,self",
                        "--mca", "coll_han_priority", "0")
+
+
+DEFAULT_DETECTION_TIMEOUT = 10.0  # in-process mode's (Open MPI's detector)
 
 
 def detector_arguments(timeout):

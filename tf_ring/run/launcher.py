@@ -133,7 +133,7 @@ def parse_args(argv, environ=None):
         parser.error("--start-timeout must be positive")
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
         parser.error("--ssh-port %d is not a port number (1-65535)" % args.ssh_port)
-    if args.detection_timeout <= 0:
+    if args.detection_timeout is not None and args.detection_timeout <= 0:
         parser.error("--detection-timeout must be positive")
     if elastic_driver.is_elastic(args):
         elastic_driver.check_arguments(args, parser.error)
@@ -193,9 +193,12 @@ def build_command(args, is_root=None, cores=None, environ=None, token="job"):
 
 def _beat_interval(args):
     """Seconds between the rank wrappers' heartbeat lines (job_watch), or
-    None: in-process mode has Open MPI's own detector, and a job whose
-    stderr goes to files (--output) cannot be watched."""
-    if elastic_driver.in_process(args) or not _watches_status(args):
+    None: off unless --detection-timeout is given (the beats cross the
+    job's own network, where a saturated link delayed them by up to 9 s on
+    the simulated hosts), in-process mode has Open MPI's own detector, and
+    a job whose stderr goes to files (--output) cannot be watched."""
+    if (args.detection_timeout is None or elastic_driver.in_process(args)
+            or not _watches_status(args)):
         return None
     return args.detection_timeout / 3.5
 
