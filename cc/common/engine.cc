@@ -91,12 +91,6 @@ std::string StoppedBy(const std::vector<int32_t>& by_ranks, int my_rank) {
   return std::string("by rank") + (by_ranks.size() > 1 ? "s " : " ") + others +
          ", which called shutdown() or is exiting";
 }
-// Collective: false when any rank's segment cannot watch its peers' processes.
-bool ShmWatchesPeersEverywhere(MPI_Comm comm, const ShmSegment* shm) {
-  int mine = shm == nullptr || shm->watches_peers() ? 1 : 0, everyone = 0;
-  MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm);
-  return everyone != 0;
-}
 }  // namespace
 
 Engine& Engine::Get() {
@@ -155,7 +149,7 @@ Status Engine::Init(const void* mpi_comm) {
     if (!s.ok()) return s;
     shm = &impl->shm;
   }
-  if (FaultTolerantMode() && !ShmWatchesPeersEverywhere(impl->mpi.comm(), shm)) {
+  if (FaultTolerantMode() && !ShmSegment::WatchedEverywhere(impl->mpi.comm(), shm)) {
     // A rank waiting in shared memory must be able to tell a dead peer from
     // a slow one, or a lost rank would hang it; every rank decides alike.
     if (impl->mpi.rank() == 0) {

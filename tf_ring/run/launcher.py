@@ -197,7 +197,7 @@ def _beat_interval(args):
     job's own network, where a saturated link delayed them by up to 9 s on
     the simulated hosts), in-process mode has Open MPI's own detector, and
     a job whose stderr goes to files (--output) cannot be watched."""
-    if (args.detection_timeout is None or elastic_driver.in_process(args)
+    if (getattr(args, "detection_timeout", None) is None or elastic_driver.in_process(args)
             or not _watches_status(args)):
         return None
     return args.detection_timeout / 3.5

@@ -48,9 +48,8 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
     s = shm_.Init(mpi_.local_comm(), area, options.shm_single_copy, my_rank_);
     if (!s.ok()) return s;
     shm = &shm_;
-    int watches = shm_.watches_peers() ? 1 : 0, everyone = 0;
-    MPI_Allreduce(&watches, &everyone, 1, MPI_INT, MPI_MIN, mpi_.comm());
-    if (FaultTolerantMode() && !everyone) {  // a dead member would hang the others: MPI instead
+    if (FaultTolerantMode() && !ShmSegment::WatchedEverywhere(mpi_.comm(), shm)) {
+      // A dead member would hang the others: MPI instead.
       shm_.Release();
       shm = nullptr;
       hierarchical_ = false;

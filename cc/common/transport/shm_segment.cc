@@ -67,6 +67,12 @@ std::string UniqueName() {
 }
 }  // namespace
 
+bool ShmSegment::WatchedEverywhere(MPI_Comm comm, const ShmSegment* shm) {
+  int mine = shm == nullptr || shm->watches_peers() ? 1 : 0, everyone = 0;
+  MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm);
+  return everyone != 0;
+}
+
 size_t ShmSegment::address_slots() { return kTableBytes / sizeof(uint64_t); }
 
 // Local rank 0 creates the object and reserves its memory (so a full

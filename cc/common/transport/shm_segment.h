@@ -39,6 +39,9 @@ class ShmSegment {
   // Whether Barrier() can tell a dead peer from a slow one (every peer's
   // process was visible in /proc at Init); without it a dead peer hangs it.
   bool watches_peers() const { return watches_peers_; }
+  // Collective over `comm`: false when some rank's segment (null: none)
+  // cannot watch its peers, so every rank decides the same.
+  static bool WatchedEverywhere(MPI_Comm comm, const ShmSegment* shm);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
