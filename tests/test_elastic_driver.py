@@ -4,6 +4,7 @@ a restart (below --min-np, a failing discovery script, an ordinary rank
 error that must not count as a host loss)."""
 import argparse
 import os
+import signal
 import subprocess
 import sys
 
@@ -222,10 +223,24 @@ def run_in_process_job(tmp_path, job, ranks=3, kill_at=5, extra_args=(), **job_e
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
                COUNTER_KILL_RANK_AT=str(kill_at), COUNTER_MARKER=str(tmp_path / "killed"),
                **job_env)
-    return subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", str(ranks), "--min-np", "2",
-                           "--host-discovery-script", discover, "--recovery", "in-process",
-                           *extra_args, sys.executable, os.path.join(jobs, job)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    return run_job([sys.executable, "-m", "tf_ring.run", "-np", str(ranks), "--min-np", "2",
+                    "--host-discovery-script", discover, "--recovery", "in-process",
+                    *extra_args, sys.executable, os.path.join(jobs, job)], env)
+
+
+def run_job(cmd, env, timeout=240):
+    """Runs tfringrun in its own session; past `timeout` kills the whole
+    session (mpirun and the ranks too, which killing tfringrun alone would
+    leave running) and returns what it printed, saying so."""
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += "\ntest: the job did not end within %d s" % timeout
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize("where", ["in-commit", "in-step", "in-xla-step"])
@@ -282,10 +297,9 @@ def test_a_rank_lost_inside_a_shared_memory_allreduce(tmp_path, ranks):
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
                # 128 barriers per step's allreduce: die half-way through step 4's
                TF_RING_TEST_DIE_AT_SHM_BARRIER="%d:%d" % (ranks - 1, 4 * 128 + 64))
-    done = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", str(ranks), "--min-np", "1",
-                           "--host-discovery-script", discover, "--recovery", "in-process",
-                           sys.executable, os.path.join(jobs, "shm_loss_job.py")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    done = run_job([sys.executable, "-m", "tf_ring.run", "-np", str(ranks), "--min-np", "1",
+                    "--host-discovery-script", discover, "--recovery", "in-process",
+                    sys.executable, os.path.join(jobs, "shm_loss_job.py")], env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert re.search(r"local rank %d \(rank %d, pid \d+\) died while the others waited for it "
                      r"in shared memory" % (ranks - 1, ranks - 1), done.stderr), done.stderr[-5000:]
