@@ -158,14 +158,28 @@ def test_a_whole_host_lost_in_process_mode_falls_back_to_a_restart(tmp_path):
     print("whole host lost -> 2-rank world synced after %.1f s" % (min(starts) - killed["at"]))
 
 
+def link_cutter(hosts, host, cut):
+    """An on_line callback that takes `host`'s link down when rank 0 reports
+    step 8 (no process dies, no socket closes), noting the time in cut["at"]."""
+    def on_line(line):
+        if line.startswith("STEP rank=0 size=3 step=8 ") and not cut:
+            cut["at"] = time.time()
+            subprocess.run(["ip", "link", "set", hosts.netns(host), "down"], check=True)
+    return on_line
+
+
+def assert_two_ranks_end_with_the_uninterrupted_weights(out):
+    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
+    assert sorted(e[:3] for e in ends) == [(str(r), "2", str(tape_data.STEPS)) for r in range(2)], out
+    for _, _, _, weights in ends:
+        assert np.allclose(json.loads(weights), tape_data.reference_weights(), rtol=1e-5,
+                           atol=1e-5), weights
+
+
 def test_a_silent_link_down_is_detected_and_survived_in_process(tmp_path):
     with SimulatedHosts(3) as hosts:
         cut = {}
-
-        def cut_the_link_at_step_8(line):
-            if line.startswith("STEP rank=0 size=3 step=8 ") and not cut:
-                cut["at"] = time.time()  # no process dies, no socket closes
-                subprocess.run(["ip", "link", "set", hosts.netns("simhost2"), "down"], check=True)
+        cut_the_link_at_step_8 = link_cutter(hosts, "simhost2", cut)
 
         rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={}, job=TAPE_JOB,
                                 recovery="in-process", on_line=cut_the_link_at_step_8,
@@ -175,11 +189,7 @@ def test_a_silent_link_down_is_detected_and_survived_in_process(tmp_path):
     out, err = text(lines, "out"), text(lines, "err")
     assert rc == 0, out[-3000:] + err[-5000:]
     assert "ranks were lost on simhost2; the ranks left recovered in-process" in err, err[-5000:]
-    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
-    assert sorted(e[:3] for e in ends) == [(str(r), "2", str(tape_data.STEPS)) for r in range(2)], out
-    for _, _, _, weights in ends:
-        assert np.allclose(json.loads(weights), tape_data.reference_weights(), rtol=1e-5,
-                           atol=1e-5), weights
+    assert_two_ranks_end_with_the_uninterrupted_weights(out)
     resumed = [t for t, _, l in lines if l.startswith("START") and "size=2" in l]
     detected = min(resumed) - cut["at"]
     assert detected < 5 + 5, detected  # the timeout, plus a beat and the shrink
@@ -197,11 +207,7 @@ def test_a_silent_link_down_is_detected_and_survived_by_a_restart(tmp_path):
     weights and leaves nothing behind on the hosts it kept."""
     with SimulatedHosts(3) as hosts:
         cut = {}
-
-        def cut_the_link_at_step_8(line):
-            if line.startswith("STEP rank=0 size=3 step=8 ") and not cut:
-                cut["at"] = time.time()
-                subprocess.run(["ip", "link", "set", hosts.netns("simhost2"), "down"], check=True)
+        cut_the_link_at_step_8 = link_cutter(hosts, "simhost2", cut)
 
         rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={}, job=TAPE_JOB,
                                 on_line=cut_the_link_at_step_8,
@@ -215,11 +221,7 @@ def test_a_silent_link_down_is_detected_and_survived_by_a_restart(tmp_path):
     assert "nothing heard from simhost2 for 5 s (--detection-timeout)" in err, err[-5000:]
     assert "ranks were lost on simhost2 (blacklisted); restarting" in err, err[-5000:]
     assert "elastic world 1: 2 ranks" in err, err[-5000:]
-    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
-    assert sorted(e[:3] for e in ends) == [(str(r), "2", str(tape_data.STEPS)) for r in range(2)], out
-    for _, _, _, weights in ends:
-        assert np.allclose(json.loads(weights), tape_data.reference_weights(), rtol=1e-5,
-                           atol=1e-5), weights
+    assert_two_ranks_end_with_the_uninterrupted_weights(out)
     declared, _ = first(lines, "tfringrun: nothing heard from", cut["at"])
     resumed = min(t for t, _, l in lines if l.startswith("START") and "size=2" in l)
     # The timeout counts from the last beat heard, up to one beat period
