@@ -10,7 +10,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def job_env(device, lib=None):
-    env = {"PYTHONPATH": os.pathsep.join([HERE, REPO, os.environ.get("PYTHONPATH", "")]),
+    # Without TensorFlow, launcher included, wherever they run: as on the GPU machine.
+    env = {"PYTHONPATH": os.pathsep.join([os.path.join(HERE, "without_tensorflow"), HERE, REPO,
+                                          os.environ.get("PYTHONPATH", "")]),
            "TF_RING_ENGINE_TEST_DEVICE": device}
     if lib:
         env["TF_RING_ENGINE_LIB"] = lib

@@ -7,6 +7,7 @@
 #   bash tests/gpu/run_on_device.sh            # everything
 #   SKIP_BENCH=1 bash tests/gpu/run_on_device.sh
 #   MPS=0 bash tests/gpu/run_on_device.sh      # no MPS, even where it is available
+#   TEST_TIMEOUT=90 BENCH_TIMEOUT=120 ...      # seconds per test / for the benchmark
 #
 # Without MPS the ranks' CUDA contexts take turns on the GPU in time slices,
 # so every collective waits milliseconds for the peer's kernel to be
@@ -50,8 +51,12 @@ if [ "$build" != ok ]; then tail -n 60 "$out/build.log"; exit 1; fi
 
 echo "== tests/gpu (2 and 3 ranks, --share-gpu)"
 start=$(date +%s)
-"$py" -m pytest -q -rs -p no:cacheprovider tests/gpu/test_gpu.py --junitxml="$out/gpu_tests.xml" \
-  > "$out/tests.log" 2>&1
+# A bound per test (pytest-timeout, where installed): a hang in one test
+# must not eat the GPU lease that the others and the benchmark need.
+per_test=()
+if "$py" -c 'import pytest_timeout' 2>/dev/null; then per_test=(--timeout "${TEST_TIMEOUT:-90}"); fi
+"$py" -m pytest -q -rs -p no:cacheprovider --durations=0 "${per_test[@]}" tests/gpu/test_gpu.py \
+  --junitxml="$out/gpu_tests.xml" > "$out/tests.log" 2>&1
 tests_rc=$?
 echo "tests: exit $tests_rc in $(( $(date +%s) - start )) s (log: tests.log)"
 grep -E "passed|failed|skipped|error" "$out/tests.log" | tail -n 5
@@ -61,7 +66,7 @@ bench_rc=skipped
 if [ -z "${SKIP_BENCH:-}" ]; then
   echo "== benchmark (2 ranks, one GPU shared)"
   start=$(date +%s)
-  "$py" -m tf_ring.run -np 2 --share-gpu "$py" benchmarks/gpu_collectives.py --json "$out/bench_np2.json" \
+  timeout -k 5 "${BENCH_TIMEOUT:-150}" "$py" -m tf_ring.run -np 2 --share-gpu "$py" benchmarks/gpu_collectives.py --json "$out/bench_np2.json" \
     > "$out/bench.log" 2>&1
   bench_rc=$?
   echo "benchmark: exit $bench_rc in $(( $(date +%s) - start )) s (log: bench.log)"

@@ -5,17 +5,37 @@ shard_dataset for re-sharding a tf.data epoch after a reset.
 What exists and what does not yet (in-process recovery from a lost rank
 needs the engine's ULFM support; tfringrun's elastic mode restarts every
 rank instead): docs/elastic.md.
-"""
-from tf_ring.elastic.errors import (HorovodInternalError, HostUpdateResult,
-                                    HostsUpdatedInterrupt, ResetLimitError)
-from tf_ring.elastic.data import samples_per_step, shard_dataset, steps_left
-from tf_ring.elastic.hosts import set_host_update_source
-from tf_ring.elastic.recovery import (reset, reset_count, reset_limit, run, set_reset_hook,
-                                 set_reset_limit)
-from tf_ring.elastic.state import ObjectState, State
-from tf_ring.elastic.tf_state import TensorFlowKerasState, TensorFlowState
 
-__all__ = ["HorovodInternalError", "HostUpdateResult", "HostsUpdatedInterrupt", "ObjectState",
-           "ResetLimitError", "State", "TensorFlowKerasState", "TensorFlowState", "reset",
-           "reset_count", "reset_limit", "run", "samples_per_step", "set_host_update_source",
-           "set_reset_hook", "set_reset_limit", "shard_dataset", "steps_left"]
+The names load on first use, as in the top-level package: the launcher
+imports tf_ring.elastic.notices, and must start where TensorFlow is
+missing (the GPU machine has none).
+"""
+import importlib
+
+# Public name -> the module defining it.
+_API = {
+    "tf_ring.elastic.errors": ["HorovodInternalError", "HostUpdateResult", "HostsUpdatedInterrupt",
+                               "ResetLimitError"],
+    "tf_ring.elastic.data": ["samples_per_step", "shard_dataset", "steps_left"],
+    "tf_ring.elastic.hosts": ["set_host_update_source"],
+    "tf_ring.elastic.recovery": ["reset", "reset_count", "reset_limit", "run", "set_reset_hook",
+                                 "set_reset_limit"],
+    "tf_ring.elastic.state": ["ObjectState", "State"],
+    "tf_ring.elastic.tf_state": ["TensorFlowKerasState", "TensorFlowState"],
+}
+_WHERE = {name: module for module, names in _API.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError("module 'tf_ring.elastic' has no attribute %r" % name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
