@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -71,6 +72,7 @@ def parse_args(argv=None):
     p.add_argument("--max-size", type=parse_size, default=256 * MB, help="largest message (default 256MB)")
     p.add_argument("--factor", type=int, default=4, help="size step (default 4)")
     p.add_argument("--step-repeats", type=int, default=30, help="repeats of the 160-tensor step")
+    p.add_argument("--step-only", action="store_true", help="skip the size sweep (a); run the step (b) alone")
     p.add_argument("--json", default=None, help="also write the results here (rank 0)")
     p.add_argument("--port", type=int, default=int(os.environ.get("TF_RING_BENCH_PORT", "29533")),
                    help="TCP port for torch.distributed's rendezvous on localhost")
@@ -87,6 +89,16 @@ def plan(args):
                                                                  args.step_repeats),
              "targets: " + TARGETS]
     return "\n".join(lines)
+
+
+def engine_counts_per_call(e, fn, calls):
+    """The engine's counters (cycles, negotiations, fused batches...) per fn() call."""
+    e.reset_stats()
+    for _ in range(calls):
+        fn()
+    counts = e.stats()
+    return {k: counts[k] / calls for k in ("cycles", "negotiations", "fused_batches", "cache_hits", "tensors")
+            if k in counts}
 
 
 def main(argv=None):
@@ -117,7 +129,7 @@ def main(argv=None):
         torch.cuda.synchronize()
 
     rows, results = [], {"gpu": torch.cuda.get_device_name(), "ranks": size, "sizes": [], "step": {}}
-    for nbytes in args.sizes:
+    for nbytes in ([] if args.step_only else args.sizes):
         x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
         reps = repeats_for(nbytes)
         t_ring, _ = timed(lambda: tf_ring_once(x, "bench.%d" % nbytes), reps)
@@ -126,16 +138,25 @@ def main(argv=None):
                      "%+.1f" % ((t_ring - t_torch) * 1e6), "%.2f" % (nbytes / t_ring / 1e9)])
         results["sizes"].append({"bytes": nbytes, "tf_ring_s": t_ring, "torch_s": t_torch})
         del x
-    print_table("allreduce Sum float32 on %s, %d ranks (median ms)" % (torch.cuda.get_device_name(), size),
-                ["size", "tf_ring", "torch.distributed", "ratio", "diff us", "tf_ring GB/s"], rows)
+    if rows:
+        print_table("allreduce Sum float32 on %s, %d ranks (median ms)" % (torch.cuda.get_device_name(), size),
+                    ["size", "tf_ring", "torch.distributed", "ratio", "diff us", "tf_ring GB/s"], rows)
 
     sizes = gradient_sizes()
     grads = [torch.rand(int(n), dtype=torch.float32, device=device) for n in sizes]
     flat = torch.zeros(int(sizes.sum()), dtype=torch.float32, device=device)
 
+    submit_seconds = []
+
     def ring_step():
+        start = time.perf_counter()
         pending = [e.allreduce(g, op=e.Sum, name="grad.%d" % i, output=g) for i, g in enumerate(grads)]
+        submit_seconds.append(time.perf_counter() - start)
         for p in pending:
+            p.wait()
+
+    def grouped_step():
+        for p in e.grouped_allreduce(grads, op=e.Sum, name="grads", outputs=grads):
             p.wait()
 
     def torch_step():
@@ -148,15 +169,27 @@ def main(argv=None):
         torch.cuda.synchronize()
 
     t_ring, _ = timed(ring_step, args.step_repeats)
+    per_step = engine_counts_per_call(e, ring_step, 5)
+    per_step["submit_ms"] = 1e3 * sorted(submit_seconds)[len(submit_seconds) // 2]  # the 160 calls alone
+    t_grouped, _ = timed(grouped_step, args.step_repeats)
+    per_group = engine_counts_per_call(e, grouped_step, 5)
     t_torch, _ = timed(torch_step, args.step_repeats)
     t_flat, _ = timed(torch_flat_step, args.step_repeats)
     print_table("160 gradients, %.1f MB float32, %d ranks (median ms; ratio = torch per-tensor / this)"
                 % (sizes.sum() * 4 / MB, size),
                 ["method", "ms", "ratio"],
                 [["tf_ring (160 submits, fused)", ms(t_ring), "%.2f" % (t_torch / t_ring)],
+                 ["tf_ring grouped_allreduce (one negotiation)", ms(t_grouped), "%.2f" % (t_torch / t_grouped)],
                  ["torch.distributed, 160 all_reduce calls", ms(t_torch), "1.00"],
                  ["torch.distributed, 1 call on the concatenation", ms(t_flat), "%.2f" % (t_torch / t_flat)]])
-    results["step"] = {"tf_ring_s": t_ring, "torch_per_tensor_s": t_torch, "torch_flat_s": t_flat}
+    results["step"] = {"tf_ring_s": t_ring, "tf_ring_grouped_s": t_grouped, "torch_per_tensor_s": t_torch,
+                       "torch_flat_s": t_flat, "engine_per_step": per_step, "engine_per_grouped_step": per_group,
+                       "engine_params": {k: v for k, v in e.engine_params().items()
+                                         if k in ("fusion_threshold", "cycle_time_ms")}}
+    if rank == 0:
+        print("engine per 160-submit step: " + ", ".join("%s %.1f" % kv for kv in sorted(per_step.items()))
+              + "  (%s)" % results["step"]["engine_params"])
+        print("engine per grouped step: " + ", ".join("%s %.1f" % kv for kv in sorted(per_group.items())))
     if rank == 0:
         print("targets: " + TARGETS)
         if args.json:

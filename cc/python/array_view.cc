@@ -70,13 +70,21 @@ ArrayView HostArray(py::handle array, bool writable) {
 }
 
 ArrayView DeviceArray(py::handle array) {
-  if (!py::hasattr(array, "__dlpack__")) {
+  // The capsule only borrows the array's memory, which the caller keeps
+  // alive until the collective is done; dropping it unconsumed releases it.
+  // A capsule itself comes from the module's PyTorch fast path (see
+  // _Array.exported): exported without __dlpack__'s Python-level stream
+  // handshake, which the caller found unneeded (the producer is on the
+  // legacy default stream already).
+  py::object capsule;
+  if (PyCapsule_CheckExact(array.ptr())) {
+    capsule = py::reinterpret_borrow<py::object>(array);
+  } else if (py::hasattr(array, "__dlpack__")) {
+    capsule = array.attr("__dlpack__")(py::arg("stream") = 1);
+  } else {
     throw py::type_error(std::string("tf_ring_engine: a CUDA array must support DLPack (__dlpack__), got ") +
                          Py_TYPE(array.ptr())->tp_name);
   }
-  // The capsule only borrows the array's memory, which the caller keeps
-  // alive until the collective is done; dropping it unconsumed releases it.
-  py::capsule capsule = array.attr("__dlpack__")(py::arg("stream") = 1);
   auto* managed = static_cast<DlManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (!managed) throw py::error_already_set();
   const DlTensor& t = managed->dl_tensor;

@@ -22,7 +22,8 @@ struct ArrayView {
 // (not contiguous, read-only where written) or TypeError (no buffer).
 ArrayView HostArray(py::handle array, bool writable);
 // A compact CUDA array through __dlpack__(stream=1): the producer orders its
-// work before the legacy default stream, which the engine waits on.
+// work before the legacy default stream, which the engine waits on. Also
+// takes a "dltensor" capsule, whose producer must be on that stream already.
 ArrayView DeviceArray(py::handle array);
 
 }  // namespace python

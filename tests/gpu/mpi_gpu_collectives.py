@@ -173,6 +173,46 @@ def test_fused_equals_unfused_bit_for_bit():
         assert bits(a) == bits(b)
 
 
+def test_grouped_allreduce_writes_into_the_outputs_given():
+    n, r = e.size(), e.rank()
+    data = [rank_input(r, s, 40 + i) for i, s in enumerate([(5,), (3, 4), (1,)])]
+    xs = [to_device(d, "float32") for d in data]
+    outs = [to_device(np.zeros_like(d), "float32") for d in data]
+    results = [p.wait() for p in e.grouped_allreduce(xs, op=e.Sum, name="grouped.into", outputs=outs)]
+    for i, (res, out) in enumerate(zip(results, outs)):
+        assert res is out
+        want = np.sum([rank_input(k, data[i].shape, 40 + i) for k in range(n)], axis=0)
+        np.testing.assert_array_equal(to_numpy(out), want)
+    in_place = [p.wait() for p in e.grouped_allreduce(xs, op=e.Sum, name="grouped.in_place", outputs=xs)]
+    for i, x in enumerate(in_place):
+        assert x is xs[i]
+        want = np.sum([rank_input(k, data[i].shape, 40 + i) for k in range(n)], axis=0)
+        np.testing.assert_array_equal(to_numpy(x), want)
+    with pytest.raises(ValueError, match="2 outputs for 3 tensors"):
+        e.grouped_allreduce(xs, name="grouped.short", outputs=outs[:2])
+
+
+@pytest.mark.parametrize("stream", ["default", "side"])
+def test_work_queued_before_the_submit_is_waited_for(stream):
+    """The tensor is filled by a kernel that runs ~30 ms after the submit
+    returns, on PyTorch's default stream (the binding's fast path) or on a
+    side stream (DLPack's stream handshake): the engine must reduce the
+    filled values, never the zeros before them."""
+    if not GPU:
+        pytest.skip("CUDA streams order GPU work only (this run uses host arrays)")
+    import torch
+    n, r = e.size(), e.rank()
+    x = torch.zeros(1 << 18, dtype=torch.float32, device="cuda")
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream() if stream == "side" else torch.cuda.current_stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # noqa: SLF001 - a kernel that spins ~30 ms
+        x.fill_(r + 1.0)
+        p = e.allreduce(x, op=e.Sum, name="streams.%s" % stream, output=x)
+    y = p.wait()
+    np.testing.assert_array_equal(to_numpy(y), np.full(1 << 18, n * (n + 1) / 2, dtype=np.float32))
+
+
 def test_steady_state_hits_the_response_cache():
     n, r = e.size(), e.rank()
     xs = [to_device(np.full((16,), float(r + i)), "float32") for i in range(4)]
