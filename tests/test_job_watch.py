@@ -244,6 +244,35 @@ def test_a_pmix_start_failure_before_any_rank_is_retried_once(monkeypatch, capsy
     assert len(runs) == 1
 
 
+def test_an_elastic_world_whose_mpirun_did_not_start_is_started_again_not_judged(monkeypatch, capsys):
+    """The same start-up failure in an elastic world: started once more
+    instead of judged, which would call every host lost, blacklist them all
+    and end the job (seen in CI after a restart). Twice in a row, it is an
+    ordinary failure that blames no host."""
+    from tf_ring.run import launcher
+    said = b"The PMIx server's listener thread failed to start. We cannot\ncontinue.\n"
+    world = launcher.parse_args(["-np", "2", "-H", "h0:1,h1:1", "true"])
+    outcomes = []
+
+    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup, say_failed=True, finished=None,
+                     silence_timeout=None):
+        if outcomes.pop(0) == "no start":
+            pump(watch, [said])
+            return 213
+        pump(watch, [status("start", r, 0) for r in range(np)] + [status("exit", r, 0) for r in range(np)])
+        return 0
+
+    monkeypatch.setattr(launcher, "_run_job", fake_run_job)
+    outcomes[:] = ["no start", "runs"]
+    assert launcher._run_world(world, {}, TOKEN, cleanup=None) == (0, set())
+    assert "starting this world once more" in capsys.readouterr().err
+
+    outcomes[:] = ["no start", "no start"]
+    rc, lost = launcher._run_world(world, {}, TOKEN, cleanup=None)
+    assert rc != 0 and not lost
+    assert outcomes == []
+
+
 PROBE_NOISE = (
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
     b"I0000 00:00:1795529305.062178    7328 cudart_stub.cc:31] Could not find cuda drivers on "

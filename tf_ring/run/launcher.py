@@ -18,7 +18,7 @@ import threading
 import time
 
 from tf_ring.run import (check_build, cluster_hosts, elastic_driver, elastic_plan, engine_flags,
-                         job_watch, layout, orphan_daemons)
+                         job_watch, layout, orphan_daemons, process_tree)
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -265,7 +265,8 @@ def main(argv=None):
     if elastic_driver.is_elastic(args):
         return elastic_driver.Driver(args, env, functools.partial(
             _run_world, token=token, cleanup=cleanup)).run()
-    for attempt in (1, 2):
+
+    def start_job(may_retry):
         watch = None
         if _watches_status(args):
             planned = layout.rank_layout(args.np, args.hosts, os.cpu_count() or 1)
@@ -273,17 +274,22 @@ def main(argv=None):
                                        drop_tf_gpu_probe=_drops_tf_gpu_probe(args))
         rc = _run_job(cmd, env, args.np, watch, args.start_timeout, cleanup,
                       silence_timeout=args.detection_timeout if _beat_interval(args) else None)
-        if attempt == 1 and rc != 0 and watch and _mpirun_failed_to_start_itself(watch):
-            print("tfringrun: mpirun's own PMIx server failed to start before any rank ran "
-                  "(a transient Open MPI start-up failure); starting the job once more",
-                  file=sys.stderr)
-            continue
-        return rc
+        return rc, watch, rc
+
+    return _once_more_if_mpirun_did_not_start(start_job, "the job")
 
 
 def _run_world(world, env, token, cleanup):
     """One elastic world: (rc, hosts whose ranks died outright); the rules
     are elastic_plan.judge_world's."""
+    return _once_more_if_mpirun_did_not_start(
+        functools.partial(_start_world, world, env, token, cleanup), "this world")
+
+
+def _start_world(world, env, token, cleanup, may_retry):
+    """Runs one world once: (what _run_world returns, its watch, mpirun's
+    code). Not judged when mpirun could not start and may be retried: every
+    host would look lost, be blacklisted, and the job end (seen in CI)."""
     cmd = build_command(world, environ=env, token=token)
     planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
     watch = job_watch.JobWatch(token, world.np, {rank: host for rank, host, _ in planned},
@@ -298,18 +304,23 @@ def _run_world(world, env, token, cleanup):
     silence = world.detection_timeout if _beat_interval(world) else None
     rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup, say_failed=False,
                   finished=finished, silence_timeout=silence)
+    if _mpirun_failed_to_start_itself(watch):
+        if may_retry:
+            return None, watch, rc
+        _say_failed(rc or 1)  # twice: an ordinary failure, no host to blame
+        return (rc or 1, set()), watch, rc
     if finished is not None:
         return elastic_plan.judge_in_process_world(dict(watch.ended), list(watch.end_order),
                                                    watch.lost_ranks(), watch.lost_hosts_named(),
-                                                   watch.host_of)
-    rc, lost = elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
-                                        watch.lost_ranks(), watch.lost_hosts_named(),
-                                        watch.host_of, watch.mpi_error_ranks())
+                                                   watch.host_of), watch, rc
+    judged_rc, lost = elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
+                                               watch.lost_ranks(), watch.lost_hosts_named(),
+                                               watch.host_of, watch.mpi_error_ranks())
     # A world that lost ranks or was asked to grow restarts (the driver says
     # so); "job failed" there would be wrong. Only an ordinary failure says it.
-    if rc not in (0, elastic_plan.EXIT_HOSTS_UPDATED) and not lost:
-        _say_failed(rc)
-    return rc, lost
+    if judged_rc not in (0, elastic_plan.EXIT_HOSTS_UPDATED) and not lost:
+        _say_failed(judged_rc)
+    return (judged_rc, lost), watch, rc
 
 
 # Open MPI's launcher sometimes cannot start its PMIx server at all (seen
@@ -318,7 +329,20 @@ _PMIX_START_FAILURE = b"PMIx server's listener thread failed to start"
 
 
 def _mpirun_failed_to_start_itself(watch):
-    return not watch.started and watch.mpirun_said(_PMIX_START_FAILURE)
+    return watch is not None and not watch.started and watch.mpirun_said(_PMIX_START_FAILURE)
+
+
+def _once_more_if_mpirun_did_not_start(start, what):
+    """start(may_retry) -> (result, watch, mpirun's code); called once more
+    when that mpirun failed to start itself, since nothing of the job ran.
+    Returns the result."""
+    result, watch, rc = start(True)
+    if rc != 0 and _mpirun_failed_to_start_itself(watch):
+        print("tfringrun: mpirun's own PMIx server failed to start before any rank ran "
+              "(a transient Open MPI start-up failure); starting %s once more" % what, file=sys.stderr)
+        time.sleep(1.0)  # let the failed mpirun's session directory go
+        result, watch, rc = start(False)
+    return result
 
 
 # Signals that stop the job: the launcher passes them on to mpirun, which
@@ -333,39 +357,6 @@ _STOP_GRACE_S = 10.0
 # Every rank of a fault-tolerant world ended but mpirun did not: how long to
 # let it exit on its own first.
 _FINISH_GRACE_S = 3.0
-
-
-def _descendants(pid):
-    """Every live process below `pid`, found through /proc."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/stat" % entry) as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _kill(pids):
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _kill_tree(proc):
-    """SIGKILLs mpirun and everything it started on this machine (agents
-    such as ssh; remote processes end when their daemon loses mpirun)."""
-    _kill(_descendants(proc.pid) + [proc.pid])
 
 
 def _read_int(path, default):
@@ -434,14 +425,14 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_fai
                     and now - launched > start_timeout):
                 start_timed_out, stop_asked = True, now
                 # mpirun may exit on SIGTERM without its hung agents: note them.
-                stuck_agents = _descendants(proc.pid)
+                stuck_agents = process_tree.descendants(proc.pid)
                 proc.terminate()
             if received and stop_asked is None:
                 stop_asked = now
             if stop_asked is not None and now - stop_asked > stop_grace:
-                _kill_tree(proc)
+                process_tree.kill_tree(proc.pid)
         rc = proc.wait()
-        _kill(stuck_agents)
+        process_tree.kill(stuck_agents)
         if watch and cleanup and not watch.all_started():
             cleanup(sorted(watch.hosts_without_start()), proc.pid)
         deadline = time.time() + 5.0
