@@ -268,49 +268,55 @@ def _name(prefix, name):
 
 
 def _submit(op, x, name, output=None, reduce_op=Sum, root=0, prescale=1.0, postscale=1.0, splits=None,
-            finish=None):
+            finish=None, process_set=0):
     a = _Array(x)
     exported = a.exported(a.obj)
     # In place: the very object twice, so the binding reads one DLPack export.
     exported_output = None if output is None else exported if output is x else a.exported(output)
     try:
         handle = ENGINE.submit(op, reduce_op, DTYPES[a.dtype], name, exported, exported_output, a.device, root,
-                               float(prescale), float(postscale), [int(s) for s in splits or []])
+                               float(prescale), float(postscale), [int(s) for s in splits or []],
+                               int(process_set))
     except RuntimeError as e:
         raise EngineError(str(e)) from None
     p = Pending(handle, name, a, finish)
     p.input = x  # the engine reads it until done
     p.output = output
     return p
-def allreduce(x, op=Average, name=None, prescale=1.0, postscale=1.0, output=None):
+# Every collective takes `process_set`: 0 (every rank) or an id from
+# add_process_set, whose members alone call it (root_rank stays a global rank).
+
+def allreduce(x, op=Average, name=None, prescale=1.0, postscale=1.0, output=None, process_set=0):
     name = _name("allreduce", name)
     out = output if output is not None else _Array(x).empty_like()
     return _submit(ALLREDUCE, x, name, output=out, reduce_op=op, prescale=prescale, postscale=postscale,
-                   finish=lambda p: p.output)
+                   finish=lambda p: p.output, process_set=process_set)
 
 
-def broadcast(x, root_rank, name=None):
+def broadcast(x, root_rank, name=None, process_set=0):
     name = _name("broadcast", name)
     out = _Array(x).empty_like()
-    return _submit(BROADCAST, x, name, output=out, root=root_rank, finish=lambda p: p.output)
+    return _submit(BROADCAST, x, name, output=out, root=root_rank, finish=lambda p: p.output,
+                   process_set=process_set)
 
 
-def allgather(x, name=None):
+def allgather(x, name=None, process_set=0):
     name = _name("allgather", name)
-    return _submit(ALLGATHER, x, name, finish=lambda p: p.array.wrap_output(p, 0, p.array.dtype))
+    return _submit(ALLGATHER, x, name, finish=lambda p: p.array.wrap_output(p, 0, p.array.dtype),
+                   process_set=process_set)
 
 
-def reducescatter(x, op=Average, name=None, prescale=1.0, postscale=1.0):
+def reducescatter(x, op=Average, name=None, prescale=1.0, postscale=1.0, process_set=0):
     name = _name("reducescatter", name)
     return _submit(REDUCESCATTER, x, name, reduce_op=op, prescale=prescale, postscale=postscale,
-                   finish=lambda p: p.array.wrap_output(p, 0, p.array.dtype))
+                   finish=lambda p: p.array.wrap_output(p, 0, p.array.dtype), process_set=process_set)
 
 
-def alltoall(x, splits=None, name=None):
+def alltoall(x, splits=None, name=None, process_set=0):
     """Returns (received rows, received splits as a host int32 array)."""
     name = _name("alltoall", name)
     if splits is None:
-        n = size()
+        n = len(process_set_ranks(process_set)) if process_set else size()
         rows = _Array(x).shape[0]
         if rows % n:
             raise ValueError("alltoall of '%s': %d rows do not split evenly over %d ranks; pass splits"
@@ -318,7 +324,8 @@ def alltoall(x, splits=None, name=None):
         splits = [rows // n] * n
     return _submit(ALLTOALL, x, name, splits=splits,
                    finish=lambda p: (p.array.wrap_output(p, 0, p.array.dtype),
-                                     p.array.wrap_output(p, 1, "int32", as_numpy=True)))
+                                     p.array.wrap_output(p, 1, "int32", as_numpy=True)),
+                   process_set=process_set)
 
 
 def join():
@@ -329,7 +336,35 @@ def join():
     return p.wait()
 
 
-def grouped_allreduce(tensors, op=Average, name=None, prescale=1.0, postscale=1.0, outputs=None):
+def add_process_set(ranks):
+    """Registers a process set of `ranks` (global ranks) on every rank (all
+    call it, members or not); returns its id for the collectives' `process_set`."""
+    try:
+        return ENGINE.add_process_sets([[int(r) for r in ranks]])[0]
+    except RuntimeError as e:  # a ValueError (bad or disagreeing ranks) stays one
+        raise EngineError(str(e)) from None
+
+
+def remove_process_set(process_set):
+    """Removes the set with this id (every rank calls it)."""
+    try:
+        ENGINE.remove_process_set(int(process_set))
+    except RuntimeError as e:
+        raise EngineError(str(e)) from None
+
+
+def process_set_ranks(process_set):
+    """The global ranks of a registered set (0: every rank)."""
+    if not process_set:
+        return list(range(size()))
+    ranks = ENGINE.process_set_ranks(int(process_set))
+    if ranks is None:
+        raise EngineError("process set %d is not registered" % process_set)
+    return ranks
+
+
+def grouped_allreduce(tensors, op=Average, name=None, prescale=1.0, postscale=1.0, outputs=None,
+                      process_set=0):
     """One Pending per tensor, negotiated and fused together. `outputs`: one
     array per tensor to write the results into (a tensor itself: in place),
     as allreduce's `output`."""
@@ -339,12 +374,12 @@ def grouped_allreduce(tensors, op=Average, name=None, prescale=1.0, postscale=1.
     if len(outputs) != len(tensors):
         raise ValueError("tf_ring_engine.grouped_allreduce '%s': %d outputs for %d tensors"
                          % (base, len(outputs), len(tensors)))
-    ENGINE.group_begin()
+    ENGINE.group_begin(int(process_set))
     pending = []
     try:
         for i, (x, out) in enumerate(zip(tensors, outputs)):
             pending.append(allreduce(x, op=op, name="%s.%d" % (base, i), prescale=prescale, postscale=postscale,
-                                     output=out))
+                                     output=out, process_set=process_set))
     finally:
         try:
             ENGINE.group_end()

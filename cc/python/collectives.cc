@@ -109,6 +109,7 @@ class Handle {
 // Between group_begin and group_end, submissions collect here (per thread)
 // and enter the engine together, like grouped_allreduce.
 thread_local bool t_grouping = false;
+thread_local int32_t t_group_set = 0;  // the process set of the group being built
 thread_local std::vector<TensorEntry> t_group_entries;
 thread_local std::vector<Request> t_group_requests;
 
@@ -120,7 +121,7 @@ ArrayView View(py::handle array, int device, bool writable) {
 // and join (an int32 on the host); the other collectives allocate theirs.
 std::shared_ptr<Handle> Submit(int op, int reduce_op, int dtype, const std::string& name, py::handle input,
                                py::handle output, int device, int root_rank, double prescale,
-                               double postscale, const std::vector<int64_t>& splits) {
+                               double postscale, const std::vector<int64_t>& splits, int32_t process_set) {
   if (op < 0 || op > static_cast<int>(OpType::kBarrier) || reduce_op < 0 ||
       reduce_op > static_cast<int>(ReduceOp::kProduct) || !IsValidDataType(static_cast<uint8_t>(dtype))) {
     throw py::value_error("tf_ring_engine.submit: op, reduce_op or dtype out of range");
@@ -179,16 +180,22 @@ std::shared_ptr<Handle> Submit(int op, int reduce_op, int dtype, const std::stri
   };
 
   if (t_grouping) {
+    if (process_set != t_group_set) {
+      throw py::value_error("tf_ring_engine: tensor '" + name + "' is for process set " +
+                            std::to_string(process_set) + " but its group is for process set " +
+                            std::to_string(t_group_set) + "; a group runs on one set");
+    }
     t_group_entries.push_back(std::move(e));
     t_group_requests.push_back(std::move(req));
     return handle;
   }
-  RaiseIfError(Engine::Get().Enqueue(std::move(e), std::move(req)), ErrorClass::kRuntime);
+  RaiseIfError(Engine::Get().Enqueue(std::move(e), std::move(req), process_set), ErrorClass::kRuntime);
   return handle;
 }
 
-void GroupBegin() {
+void GroupBegin(int32_t process_set) {
   t_grouping = true;
+  t_group_set = process_set;
   t_group_entries.clear();
   t_group_requests.clear();
 }
@@ -196,7 +203,7 @@ void GroupBegin() {
 // Enqueues everything submitted since group_begin in one step.
 void GroupEnd() {
   t_grouping = false;
-  Status s = Engine::Get().EnqueueGroup(std::move(t_group_entries), std::move(t_group_requests));
+  Status s = Engine::Get().EnqueueGroup(std::move(t_group_entries), std::move(t_group_requests), t_group_set);
   t_group_entries.clear();
   t_group_requests.clear();
   RaiseIfError(s, ErrorClass::kRuntime);
@@ -212,8 +219,8 @@ void RegisterCollectives(py::module_& m) {
   m.def("submit", &Submit, py::arg("op"), py::arg("reduce_op"), py::arg("dtype"), py::arg("name"),
         py::arg("input"), py::arg("output"), py::arg("device") = -1, py::arg("root_rank") = 0,
         py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
-        py::arg("splits") = std::vector<int64_t>());
-  m.def("group_begin", &GroupBegin);
+        py::arg("splits") = std::vector<int64_t>(), py::arg("process_set") = 0);
+  m.def("group_begin", &GroupBegin, py::arg("process_set") = 0);
   m.def("group_end", &GroupEnd);
 }
 

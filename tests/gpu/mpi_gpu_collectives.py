@@ -213,6 +213,36 @@ def test_work_queued_before_the_submit_is_waited_for(stream):
     np.testing.assert_array_equal(to_numpy(y), np.full(1 << 18, n * (n + 1) / 2, dtype=np.float32))
 
 
+def test_a_process_set_runs_collectives_among_its_members_alone():
+    """A set of ranks 0 and n-1 (every rank on 2, rank 1 left out on 3): its
+    collectives see only the members' data, on a GPU over the set's own NCCL
+    communicator, while the global set keeps working beside it."""
+    n, r = e.size(), e.rank()
+    members = [0, n - 1]
+    ps = e.add_process_set(members)
+    try:
+        assert e.process_set_ranks(ps) == members
+        if r in members:
+            shape = (6, 3)
+            x = to_device(rank_input(r, shape, 60), "float32")
+            total = e.allreduce(x, op=e.Sum, name="set.allreduce", process_set=ps).wait()
+            np.testing.assert_array_equal(to_numpy(total), sum(rank_input(k, shape, 60) for k in members))
+            gathered = e.allgather(x, name="set.allgather", process_set=ps).wait()
+            np.testing.assert_array_equal(to_numpy(gathered),
+                                          np.concatenate([rank_input(k, shape, 60) for k in members]))
+            root = members[-1]
+            got = e.broadcast(x, root_rank=root, name="set.broadcast", process_set=ps).wait()
+            np.testing.assert_array_equal(to_numpy(got), rank_input(root, shape, 60))
+            ys = [to_device(rank_input(r, (5,), 61 + i), "float32") for i in range(3)]
+            grouped = [p.wait() for p in e.grouped_allreduce(ys, op=e.Sum, name="set.grouped", process_set=ps)]
+            for i, y in enumerate(grouped):
+                np.testing.assert_array_equal(to_numpy(y), sum(rank_input(k, (5,), 61 + i) for k in members))
+        everyone = e.allreduce(to_device(np.full(4, r + 1.0), "float32"), op=e.Sum, name="set.global").wait()
+        np.testing.assert_array_equal(to_numpy(everyone), np.full(4, n * (n + 1) / 2))
+    finally:
+        e.remove_process_set(ps)
+
+
 def test_steady_state_hits_the_response_cache():
     n, r = e.size(), e.rank()
     xs = [to_device(np.full((16,), float(r + i)), "float32") for i in range(4)]

@@ -34,8 +34,10 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
   connected_ = true;
   // The set chooses its paths as the global set does, from its own members'
   // layout: shared memory when they share one host, hierarchical across
-  // hosts (shared memory in each, MPI across), else plain MPI. NCCL and
-  // autotune belong to the global set.
+  // hosts (shared memory in each, MPI across), else plain MPI. GPU tensors
+  // go over the set's own NCCL communicator, made on its first GPU
+  // collective (OperationManager's device transport). Autotune belongs to
+  // the global set.
   HostCounts counts;
   counts.shm_allowed = options.shm_area_bytes > 0;
   s = hosts_.Init(mpi_, &counts);

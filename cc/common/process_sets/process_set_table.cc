@@ -17,11 +17,6 @@ Status ProcessSetTable::Submit(int32_t id, std::vector<TensorEntry> entries,
   ProcessSet& set = *it->second;
   for (Request& r : requests) {
     if (!set.included()) break;
-    if (r.device >= 0) {
-      return Status::InvalidArgument(what + ": process set " + set.Describe() +
-                                     " runs on host tensors only (no NCCL); only the global set "
-                                     "runs GPU tensors. Copy the tensor to the CPU first.");
-    }
     r.rank = set.set_rank();
     if (r.op != OpType::kBroadcast) continue;
     const int root = set.SetRankOf(r.root_rank);
