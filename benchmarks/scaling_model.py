@@ -13,7 +13,11 @@ to a run with another rank count prints the prediction next to the
 measurement. The model and its inputs are explained in docs/scaling-model.md.
 """
 import argparse
+import json
 import math
+import os
+
+PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "layer_profiles.json")
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 
@@ -68,59 +72,185 @@ def hierarchical_allreduce_s(nbytes, hosts, per_host, nic_bw, intra_bus_gbs, alp
 
 def step_efficiency(compute_s, comm_s, overlap):
     """Scaling efficiency of a step: compute / (compute + exposed comm).
-    With overlap the allreduce hides behind the backward pass."""
+    With overlap, the bound where the allreduce hides behind the whole
+    backward pass (overlapped_step_s models the tail instead)."""
     exposed = max(0.0, comm_s - BACKWARD_SHARE * compute_s) if overlap else comm_s
     return compute_s / (compute_s + exposed)
 
 
-def predict(name, cluster, fusion_bytes=64 << 20, grad_bytes_per_param=4):
-    """Rows for one model on one cluster: each optimisation's efficiency."""
+def load_profiles(path=PROFILES):
+    """Each model's layers in forward order (benchmarks/layer_profiles.py)."""
+    with open(path) as f:
+        return json.load(f)
+
+
+def gradient_arrivals(layers, backward_s, bytes_per_param):
+    """(seconds into the backward pass, bytes) of every gradient tensor, in
+    the order they appear: the layers run last to first, each taking a share
+    of the backward pass in proportion to its forward FLOPs, and a layer's
+    gradients are ready when it ends."""
+    total = float(sum(layer["flops"] for layer in layers))
+    t, arrivals = 0.0, []
+    for layer in reversed(layers):
+        t += backward_s * (layer["flops"] / total if total else 1.0 / len(layers))
+        arrivals.extend((t, n * bytes_per_param) for n in layer["tensors"])
+    return arrivals
+
+
+def overlapped_comm_end(arrivals, allreduce_s, fusion_bytes):
+    """(when the last allreduce ends, in seconds into the backward pass;
+    how many fused allreduces ran) when, as tf_ring's engine does with its
+    default cycle time of 0, every time the network is free one allreduce
+    takes every gradient ready by then, up to fusion_bytes (a larger tensor
+    alone). `allreduce_s(bytes)` is one allreduce's time."""
+    free, i, batches = 0.0, 0, 0
+    while i < len(arrivals):
+        start = max(free, arrivals[i][0])
+        size, j = arrivals[i][1], i + 1
+        while j < len(arrivals) and arrivals[j][0] <= start and size + arrivals[j][1] <= fusion_bytes:
+            size += arrivals[j][1]
+            j += 1
+        free = start + allreduce_s(size)
+        batches += 1
+        i = j
+    return free, batches
+
+
+def overlapped_step_s(layers, compute_s, allreduce_s, fusion_bytes, bytes_per_param):
+    """(step seconds, fused allreduces) with the allreduces overlapping the
+    backward pass: the forward pass, then the later of the backward pass's
+    end and the last allreduce's (the tail: the first layers' gradients,
+    which come last)."""
+    backward = BACKWARD_SHARE * compute_s
+    end, batches = overlapped_comm_end(gradient_arrivals(layers, backward, bytes_per_param),
+                                       allreduce_s, fusion_bytes)
+    return compute_s - backward + max(backward, end), batches
+
+
+def allreduce_time_fn(cluster, hierarchical):
+    """seconds(bytes) of one allreduce on `cluster` by the flat ring or the
+    hierarchical path."""
     hosts, per_host, nic_gbit, intra_gbs, alpha_nic, alpha_intra, _ = cluster
-    params, tensors, batch, rate = MODELS[name]
-    compute = batch / rate
     nic = nic_gbit * GBIT
+    if hierarchical:
+        return lambda nbytes: hierarchical_allreduce_s(nbytes, hosts, per_host, nic, intra_gbs, alpha_nic,
+                                                       alpha_intra)
+    return lambda nbytes: flat_allreduce_s(nbytes, hosts, per_host, nic, alpha_nic)
+
+
+def predict(name, cluster, fusion_bytes=64 << 20, grad_bytes_per_param=4, profiles=None):
+    """Rows for one model on one cluster, one per optimisation: (model,
+    label, compute ms, allreduce ms, latency share, efficiency). Rows with
+    overlap replay the backward pass (overlapped_step_s); their allreduce ms
+    is the network's busy time, as many batches as the gradients' arrival
+    made."""
+    hosts, per_host, _, _, alpha_nic, _, _ = cluster
+    params, tensors, batch, rate = MODELS[name]
+    layers = (profiles or load_profiles())[name]
+    compute = batch / rate
     rows = []
-
-    def comm(nbytes, calls, hierarchical):
-        each = nbytes / calls
-        if hierarchical:
-            one = hierarchical_allreduce_s(each, hosts, per_host, nic, intra_gbs, alpha_nic,
-                                           alpha_intra)
-        else:
-            one = flat_allreduce_s(each, hosts, per_host, nic, alpha_nic)
-        return calls * one
-
-    grads = params * grad_bytes_per_param
-    fused_calls = max(1, math.ceil(grads / fusion_bytes))
     variants = [
-        ("per tensor, flat ring", grads, tensors, False, False),
-        ("fused, flat ring", grads, fused_calls, False, False),
-        ("fused, flat ring, overlap (Horovod 2017)", grads, fused_calls, False, True),
-        ("fused, hierarchical", grads, fused_calls, True, False),
-        ("fused, hierarchical, fp16", grads / 2, max(1, math.ceil(grads / 2 / fusion_bytes)), True,
-         False),
-        ("fused, hierarchical, overlap", grads, fused_calls, True, True),
-        ("fused, hierarchical, fp16, overlap", grads / 2,
-         max(1, math.ceil(grads / 2 / fusion_bytes)), True, True),
+        # label, bytes per parameter, hierarchical, how
+        ("per tensor, flat ring", grad_bytes_per_param, False, "per tensor"),
+        ("fused, flat ring", grad_bytes_per_param, False, "fused"),
+        ("fused, flat ring, overlap (Horovod 2017)", grad_bytes_per_param, False, "overlap"),
+        ("fused, hierarchical", grad_bytes_per_param, True, "fused"),
+        ("fused, hierarchical, fp16", grad_bytes_per_param / 2, True, "fused"),
+        ("fused, hierarchical, overlap", grad_bytes_per_param, True, "overlap"),
+        ("fused, hierarchical, fp16, overlap", grad_bytes_per_param / 2, True, "overlap"),
     ]
-    for label, nbytes, calls, hier, overlap in variants:
-        t = comm(nbytes, calls, hier)
+    for label, per_param, hier, how in variants:
+        one = allreduce_time_fn(cluster, hier)
+        grads = params * per_param
+        if how == "per tensor":
+            calls, busy = tensors, tensors * one(grads / tensors)
+            efficiency = step_efficiency(compute, busy, False)
+        elif how == "fused":
+            calls = max(1, math.ceil(grads / fusion_bytes))
+            busy = calls * one(grads / calls)
+            efficiency = step_efficiency(compute, busy, False)
+        else:
+            step, calls, busy = overlapped_step(layers, compute, one, fusion_bytes, per_param)
+            efficiency = compute / step
         ranks = hosts if hier else hosts * per_host
         latency = calls * 2 * (ranks - 1) * alpha_nic
-        rows.append((name, label, compute * 1e3, t * 1e3, latency / t if t else 0.0,
-                     step_efficiency(compute, t, overlap)))
+        rows.append((name, label, compute * 1e3, busy * 1e3, latency / busy if busy else 0.0, efficiency))
+    return rows
+
+
+def overlapped_step(layers, compute_s, allreduce_s, fusion_bytes, bytes_per_param):
+    """overlapped_step_s plus the network's busy time: (step s, batches, busy s)."""
+    busy = []
+
+    def timed_allreduce(nbytes):
+        busy.append(allreduce_s(nbytes))
+        return busy[-1]
+
+    step, batches = overlapped_step_s(layers, compute_s, timed_allreduce, fusion_bytes, bytes_per_param)
+    return step, batches, sum(busy)
+
+
+# Horovod's README, 128 servers x 4 Pascal GPUs on 25 Gbit/s RoCE.
+HOROVOD_MEASURED = [("Inception V3", 512, 0.90), ("ResNet-101", 512, 0.90), ("VGG-16", 512, 0.68),
+                    ("VGG-16", 128, 0.79)]
+
+
+def horovod_check_rows(profiles=None):
+    """(model, GPUs, no overlap, perfect-overlap bound, replayed tail,
+    measured) for Horovod's 2017 configuration: fused flat ring, overlap."""
+    profiles = profiles or load_profiles()
+    rows = []
+    for name, gpus, measured in HOROVOD_MEASURED:
+        cluster = (gpus // 4, 4, 25, 10.0, 10e-6, 5e-6, [name])
+        params, _, batch, rate = MODELS[name]
+        compute = batch / rate
+        one = allreduce_time_fn(cluster, False)
+        calls = max(1, math.ceil(params * 4 / (64 << 20)))
+        serial = calls * one(params * 4 / calls)
+        step, _, _ = overlapped_step(profiles[name], compute, one, 64 << 20, 4)
+        rows.append((name, gpus, step_efficiency(compute, serial, False), step_efficiency(compute, serial, True),
+                     compute / step, measured))
+    return rows
+
+
+FUSION_SWEEP_MB = (1, 4, 16, 64, 256)
+
+
+def fusion_sweep_rows(name, cluster, profiles=None, hierarchical=True, bytes_per_param=4):
+    """(fusion MB, batches, efficiency) with overlap, for each threshold."""
+    profiles = profiles or load_profiles()
+    params, _, batch, rate = MODELS[name]
+    compute = batch / rate
+    one = allreduce_time_fn(cluster, hierarchical)
+    rows = []
+    for mb in FUSION_SWEEP_MB:
+        step, batches, _ = overlapped_step(profiles[name], compute, one, mb << 20, bytes_per_param)
+        rows.append((mb, batches, compute / step))
     return rows
 
 
 def print_predictions():
+    profiles = load_profiles()
+    print("\nCheck: Horovod's 2017 runs (fused flat ring, overlap), 25 Gbit/s, 4 P100 per host")
+    print("| model, GPUs | model: no overlap | model: perfect overlap | model: replayed tail | Horovod measured |")
+    print("|---|---|---|---|---|")
+    for name, gpus, none, bound, tail, measured in horovod_check_rows(profiles):
+        print("| %s, %d | %.0f%% | %.0f%% | %.0f%% | %.0f%% |"
+              % (name, gpus, 100 * none, 100 * bound, 100 * tail, 100 * measured))
     for title, cluster in CLUSTERS.items():
         print("\n" + title)
         print("| model | allreduce | step compute ms | allreduce ms | latency share | efficiency |")
         print("|---|---|---|---|---|---|")
         for model in cluster[-1]:
-            for name, label, comp, comm, lat, eff in predict(model, cluster):
+            for name, label, comp, comm, lat, eff in predict(model, cluster, profiles=profiles):
                 print("| %s | %s | %.0f | %.0f | %.0f%% | %.0f%% |"
                       % (name, label, comp, comm, 100 * lat, 100 * eff))
+        for model in cluster[-1]:
+            print("\n%s, hierarchical with overlap, by fusion threshold:" % model)
+            print("| fusion MB | allreduces per step | efficiency |")
+            print("|---|---|---|")
+            for mb, batches, eff in fusion_sweep_rows(model, cluster, profiles):
+                print("| %d | %d | %.0f%% |" % (mb, batches, 100 * eff))
 
 
 def fit_ring(points, ranks):

@@ -80,3 +80,46 @@ def test_harness_model_fit_recovers_known_parameters():
         assert h.predict(fit, "shared", "hierarchical", n, 3) == pytest.approx(hier(n, 3), rel=1e-6)
     # The 3-host link floor: each host sends 2(H-1)/H of the data at the link's rate.
     assert h.floor_s(64 << 20, 3, link) == pytest.approx(4 / 3 * (64 << 20) / link)
+
+
+# Two layers in forward order: A (1 FLOP, one 10-parameter tensor), then B
+# (3 FLOPs, tensors of 20 and 5). Backward runs B first.
+TWO_LAYERS = [{"name": "A", "tensors": [10], "flops": 1}, {"name": "B", "tensors": [20, 5], "flops": 3}]
+
+
+def test_gradients_arrive_last_layer_first_in_proportion_to_flops():
+    # 4 s of backward: B ends at 3 s, A at 4 s; 4 bytes per parameter.
+    assert m.gradient_arrivals(TWO_LAYERS, 4.0, 4) == [(3.0, 80), (3.0, 20), (4.0, 40)]
+
+
+def test_replay_fuses_what_is_ready_when_the_network_frees():
+    arrivals = [(3.0, 80), (3.0, 20), (4.0, 40)]
+    per_byte = lambda nbytes: nbytes / 100.0  # noqa: E731 - 1 s per 100 bytes
+    # Fusion 1000: B's 100 bytes at 3 s (to 4.0), then A's 40 (to 4.4).
+    assert m.overlapped_comm_end(arrivals, per_byte, 1000) == (pytest.approx(4.4), 2)
+    # Fusion 80: B's tensors go one by one (3.0-3.8, 3.8-4.0), then A (4.0-4.4).
+    assert m.overlapped_comm_end(arrivals, per_byte, 80) == (pytest.approx(4.4), 3)
+    # A slow network: A's gradient waits for the first batch, so it joins nothing.
+    slow = lambda nbytes: nbytes / 10.0  # noqa: E731
+    assert m.overlapped_comm_end(arrivals, slow, 1000) == (pytest.approx(3.0 + 10.0 + 4.0), 2)
+
+
+def test_overlapped_step_is_compute_plus_the_exposed_tail():
+    compute = 6.0  # backward 4 s after 2 s of forward
+    free = lambda nbytes: 0.0  # noqa: E731
+    assert m.overlapped_step_s(TWO_LAYERS, compute, free, 1000, 4) == (pytest.approx(6.0), 2)
+    per_byte = lambda nbytes: nbytes / 100.0  # noqa: E731 - as above: the last allreduce ends at 4.4
+    assert m.overlapped_step_s(TWO_LAYERS, compute, per_byte, 1000, 4)[0] == pytest.approx(2.0 + 4.4)
+
+
+def test_the_layer_profiles_hold_each_models_parameters():
+    profiles = m.load_profiles()
+    for name, (params, tensors, _, _) in m.MODELS.items():
+        layers = profiles[name]
+        counted = sum(sum(layer["tensors"]) for layer in layers)
+        if name == "BERT-large":  # from the architecture; the published figure is rounded
+            assert abs(counted - params) / params < 0.02
+        else:
+            assert counted == params
+            assert sum(len(layer["tensors"]) for layer in layers) == tensors
+        assert sum(layer["flops"] for layer in layers) > 0
