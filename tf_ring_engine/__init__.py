@@ -27,7 +27,7 @@ LIBRARY_PATH = os.environ.get("TF_RING_ENGINE_LIB") or os.path.join(_HERE, "_tf_
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, JOIN = 0, 1, 2, 3, 4, 5
 Sum, Average, Min, Max, Product = 0, 1, 2, 3, 4
 DTYPES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6,
-          "float64": 7, "bool": 8}
+          "float64": 7, "bool": 8, "uint16": 9, "int16": 10}
 JOIN_NAME = "tf_ring.join"  # the join kernel's tensor name (cc/tensorflow/join_kernel.cc)
 
 

@@ -562,6 +562,21 @@ static void TestCoordinatorCountAndGpuChecks() {
     CHECK(ready.size() == 1 && ready[0].is_error() == k.refused);
     CHECK(!k.refused || Contains(ready[0].error, "'scaled' has invalid arguments"));
   }
+  // 16-bit integers: reduced on the CPU, refused on GPUs (no NCCL type).
+  for (DataType dtype : {DataType::kInt16, DataType::kUint16}) {
+    for (int device : {-1, 0}) {
+      Coordinator c(2);
+      for (int r = 0; r < 2; ++r) {
+        Request q = MakeRequest(r, "short", {4});
+        q.dtype = dtype;
+        q.device = device;
+        c.Add(q);
+      }
+      std::vector<Response> ready = c.TakeReady();
+      CHECK(ready.size() == 1 && ready[0].is_error() == (device >= 0));
+      CHECK(device < 0 || Contains(ready[0].error, "NCCL has no 16-bit integer type"));
+    }
+  }
 }
 
 int main() {

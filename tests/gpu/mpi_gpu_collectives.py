@@ -51,6 +51,22 @@ def expected_reduce(inputs, op, dtype):
     return stack.prod(0)
 
 
+def test_int16_is_reduced_on_the_host_and_refused_on_a_gpu_but_moves_on_both():
+    n, r = e.size(), e.rank()
+    x = to_device(np.full(6, r + 1), "int16")
+    p = e.allreduce(x, op=e.Sum, name="int16.sum")
+    if GPU:
+        # Refused by the coordinator on every rank: the communicator keeps working.
+        with pytest.raises(e.EngineError, match="int16.sum.*NCCL has no 16-bit integer type"):
+            p.wait()
+    else:
+        np.testing.assert_array_equal(to_numpy(p.wait()), np.full(6, n * (n + 1) // 2))
+    gathered = e.allgather(x, name="int16.allgather").wait()
+    np.testing.assert_array_equal(to_numpy(gathered), np.repeat(np.arange(1, n + 1), 6))
+    y = e.allreduce(to_device(np.ones(3), "float32"), op=e.Sum, name="int16.after").wait()
+    np.testing.assert_array_equal(to_numpy(y), np.full(3, n))
+
+
 @pytest.mark.parametrize("dtype", REDUCIBLE)
 @pytest.mark.parametrize("op", list(OPS))
 def test_allreduce_every_op_and_dtype(dtype, op):

@@ -76,11 +76,16 @@ std::string CheckAdasum(const Request& r, int size) {
   return std::string();
 }
 
-// NCCL folds scale factors into one PreMulSum, which only Sum and Average
-// of floating-point tensors have: refused here, on every rank together,
-// rather than by each rank's transport (which would abort the communicator).
-std::string CheckGpuScaling(const Request& r) {
-  if (r.device < 0 || r.prescale * r.postscale == 1.0) return std::string();
+// What NCCL cannot reduce is refused here, on every rank together, rather
+// than by each rank's transport (which would abort the communicator): 16-bit
+// integers (NCCL has no such type), and scale factors except with Sum and
+// Average of floating-point tensors (NCCL folds them into one PreMulSum).
+std::string CheckGpuReduction(const Request& r) {
+  if (r.device < 0) return std::string();
+  if (r.dtype == DataType::kInt16 || r.dtype == DataType::kUint16)
+    return std::string("NCCL has no 16-bit integer type, so ") + DataTypeName(r.dtype) +
+           " GPU tensors cannot be reduced; cast to int32 (or a float type), or reduce on the CPU";
+  if (r.prescale * r.postscale == 1.0) return std::string();
   if (r.reduce_op == ReduceOp::kMin || r.reduce_op == ReduceOp::kMax || r.reduce_op == ReduceOp::kProduct)
     return std::string("prescale/postscale factors with ") + ReduceOpName(r.reduce_op) +
            " are not supported for GPU tensors; scale the tensor before or after the collective";
@@ -135,7 +140,7 @@ std::string Validate(const std::vector<Request>& by_rank, int size) {
       if (err.empty() && !IsReducible(first.dtype))
         err = std::string("reductions are not defined on dtype ") + DataTypeName(first.dtype);
       if (err.empty() && first.reduce_op == ReduceOp::kAdasum) err = CheckAdasum(first, size);
-      if (err.empty()) err = CheckGpuScaling(first);
+      if (err.empty()) err = CheckGpuReduction(first);
       return err;
     case OpType::kAllgather:
     case OpType::kAlltoall: {

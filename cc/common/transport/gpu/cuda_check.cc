@@ -30,6 +30,9 @@ ncclDataType_t NcclType(DataType dtype) {
     case DataType::kFloat32: return ncclFloat32;
     case DataType::kFloat64: return ncclFloat64;
     case DataType::kBool: return ncclUint8;
+    case DataType::kUint16:
+    case DataType::kInt16:
+      break;  // no NCCL type: moved as bytes, never reduced (the coordinator refuses)
   }
   return ncclUint8;
 }
