@@ -577,6 +577,17 @@ static void TestCoordinatorCountAndGpuChecks() {
       CHECK(device < 0 || Contains(ready[0].error, "NCCL has no 16-bit integer type"));
     }
   }
+  // Adasum of GPU tensors is refused (NCCL would sum them).
+  Coordinator adasum(2);
+  for (int r = 0; r < 2; ++r) {
+    Request q = MakeRequest(r, "ada", {4});
+    q.reduce_op = ReduceOp::kAdasum;
+    q.dtype = DataType::kFloat32;
+    q.device = 0;
+    adasum.Add(q);
+  }
+  std::vector<Response> refused = adasum.TakeReady();
+  CHECK(refused.size() == 1 && Contains(refused[0].error, "Adasum is implemented for CPU tensors only"));
 }
 
 int main() {

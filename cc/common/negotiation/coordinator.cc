@@ -82,6 +82,9 @@ std::string CheckAdasum(const Request& r, int size) {
 // Average of floating-point tensors (NCCL folds them into one PreMulSum).
 std::string CheckGpuReduction(const Request& r) {
   if (r.device < 0) return std::string();
+  if (r.reduce_op == ReduceOp::kAdasum)  // NCCL would run it as a plain sum
+    return "Adasum is implemented for CPU tensors only; use op=Sum or Average for GPU tensors, or "
+           "copy the tensor to the CPU";
   if (r.dtype == DataType::kInt16 || r.dtype == DataType::kUint16)
     return std::string("NCCL has no 16-bit integer type, so ") + DataTypeName(r.dtype) +
            " GPU tensors cannot be reduced; cast to int32 (or a float type), or reduce on the CPU";
