@@ -8,6 +8,8 @@ ends 0 with the weights of an uninterrupted run (computed in NumPy);
 shrink their communicator (MPI ULFM) and go on in the same processes;
 (a, e) a Keras 3 model.fit job loses two ranks one after the other, 3 -> 2
 -> 1, in-process, and ends with the uninterrupted weights;
+(a', e, restart mode) two whole hosts (daemons too) lost one after the
+other, 3 -> 2 -> 1: two restarts, the uninterrupted weights;
 (d) a host whose link goes down silently is declared lost by the heartbeat
 detector after --detection-timeout, and the survivors go on in-process;
 (d, restart mode) the same silent host is declared lost by the launcher,
@@ -156,6 +158,41 @@ def test_a_whole_host_lost_in_process_mode_falls_back_to_a_restart(tmp_path):
     starts = [float(l.split("t=")[1]) for _, _, l in lines
               if l.startswith("START") and "size=2" in l]
     print("whole host lost -> 2-rank world synced after %.1f s" % (min(starts) - killed["at"]))
+
+
+def test_two_whole_hosts_lost_one_after_the_other_restart_twice(tmp_path):
+    """(e) in restart mode: every process of simhost2 (its daemon too) is
+    killed at step 8 of the 3-rank world, then every process of simhost1 at
+    step 14 of the 2-rank world. Two restarts; the job ends 0 on simhost0's
+    one rank with the uninterrupted weights."""
+    with SimulatedHosts(3) as hosts:
+        killed = []
+
+        def kill_hosts(line):
+            if line.startswith("STEP rank=0 size=3 step=8 ") and not killed:
+                killed.append(("simhost2", time.time(), hosts.kill_host("simhost2")))
+            elif line.startswith("STEP rank=0 size=2 step=14 ") and len(killed) == 1:
+                killed.append(("simhost1", time.time(), hosts.kill_host("simhost1")))
+
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=1, job_env={}, job=TAPE_JOB,
+                                on_line=kill_hosts, timeout=300)
+    out, err = text(lines, "out"), text(lines, "err")
+    assert [k[0] for k in killed] == ["simhost2", "simhost1"], (killed, out[-3000:], err[-5000:])
+    assert all(len(k[2]) >= 2 for k in killed), killed  # each time the rank and its daemon
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "ranks were lost on simhost2 (blacklisted); restarting (restart 1)" in err, err[-5000:]
+    assert "ranks were lost on simhost1 (blacklisted); restarting (restart 2)" in err, err[-5000:]
+    assert "elastic world 2: 1 ranks on simhost0:1" in err, err[-5000:]
+    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
+    assert [e[:3] for e in ends] == [("0", "1", str(tape_data.STEPS))], out
+    assert np.allclose(json.loads(ends[0][3]), tape_data.reference_weights(), rtol=1e-5, atol=1e-5)
+    # The last world resumed at a commit of the 2-rank world, not at 0 or 8.
+    resumed = {int(s) for s in re.findall(r"START rank=0 size=1 step=(\d+)", out)}
+    assert len(resumed) == 1 and 13 <= resumed.pop() <= 14, out
+    for host, at, _ in killed:
+        size = 2 if host == "simhost2" else 1
+        starts = [t for t, _, l in lines if l.startswith("START") and "size=%d" % size in l]
+        print("%s lost -> %d-rank world started after %.1f s" % (host, size, min(starts) - at))
 
 
 def link_cutter(hosts, host, cut):
