@@ -1,7 +1,10 @@
 """(b) One training step's worth of gradients: 160 float32 tensors with sizes
 log-uniform between 64 and 262144 elements (about 25 MB, fixed seed),
-all-reduced inside one tf.function, against 160 separate mpi4py Allreduce
-calls and against one mpi4py call on the concatenated buffer.
+all-reduced inside one tf.function, as 160 allreduce ops and as one
+grouped_allreduce (what DistributedGradientTape and DistributedOptimizer
+run), against 160 separate mpi4py Allreduce calls and against one mpi4py
+call on the concatenated buffer. For scale, the same tf.function with 160
+tf.identity ops instead: what TensorFlow alone costs for 160 ops.
 
     tfringrun -np 2 python benchmarks/gradient_step.py
 """
@@ -38,8 +41,24 @@ def main():
     def step(ts):
         return [hvd.allreduce(t, op=hvd.Sum) for t in ts]
 
+    @tf.function
+    def grouped_step(ts):
+        return hvd.grouped_allreduce(ts, op=hvd.Sum)
+
+    @tf.function
+    def identity_step(ts):
+        return [tf.identity(t) for t in ts]
+
     def run_step():
         results = step(tensors)
+        results[-1].numpy()
+
+    def run_grouped():
+        results = grouped_step(tensors)
+        results[-1].numpy()
+
+    def run_identity():
+        results = identity_step(tensors)
         results[-1].numpy()
 
     def run_separate():
@@ -52,21 +71,26 @@ def main():
     # Correctness first: the fused tf_ring result equals mpi4py's.
     results = step(tensors)
     run_separate()
-    for r, o in zip(results, outs):
+    for r, g, o in zip(results, grouped_step(tensors), outs):
         np.testing.assert_allclose(r.numpy(), o, rtol=1e-6)
+        np.testing.assert_allclose(g.numpy(), o, rtol=1e-6)
 
     bandwidth_before = memory_bandwidth_gbs()
     before = hvd.stats()
     t_ring, _ = timed(run_step, args.repeats)
     after = hvd.stats()
+    t_grouped, _ = timed(run_grouped, args.repeats)
+    t_identity, _ = timed(run_identity, args.repeats)
     t_sep, _ = timed(run_separate, args.repeats)
     t_cat, _ = timed(run_concatenated, args.repeats)
     bandwidth_after = memory_bandwidth_gbs()
     total_mb = flat.nbytes / 2**20
     rows = [
         ["tf_ring, one tf.function", ms(t_ring), "%.2f" % (t_ring / t_sep)],
+        ["tf_ring grouped_allreduce, one tf.function", ms(t_grouped), "%.2f" % (t_grouped / t_sep)],
         ["mpi4py, 160 Allreduce calls", ms(t_sep), "1.00"],
         ["mpi4py, one call on the concatenation", ms(t_cat), "%.2f" % (t_cat / t_sep)],
+        ["TensorFlow alone: 160 tf.identity, one tf.function", ms(t_identity), "%.2f" % (t_identity / t_sep)],
     ]
     print_table("160 gradients, %.1f MB float32, %d ranks (median ms; ratio = time / 160 mpi4py calls)"
                 % (total_mb, hvd.size()), ["method", "ms", "ratio"], rows)
