@@ -91,6 +91,28 @@ def plan(args):
     return "\n".join(lines)
 
 
+def goal_rows(results):
+    """[goal, measured, met?] for each target, from the run's results (the
+    size rows present and the step): what the run printed, judged."""
+    rows = []
+    step = results.get("step") or {}
+    if step.get("tf_ring_s"):
+        ratio = step["torch_per_tensor_s"] / step["tf_ring_s"]
+        rows.append(["160-tensor step >= 2x faster than one all_reduce per tensor",
+                     "%.2fx" % ratio, "met" if ratio >= 2.0 else "not met"])
+    large = [r for r in results.get("sizes", []) if r["bytes"] >= 64 * MB]
+    if large:
+        worst = max(r["tf_ring_s"] / r["torch_s"] for r in large)
+        rows.append([">= 64 MB within 10% of torch.distributed", "worst %.2f" % worst,
+                     "met" if worst <= 1.10 else "not met"])
+    small = [r for r in results.get("sizes", []) if r["bytes"] == 4 * KB]
+    if small:
+        diff_us = (small[0]["tf_ring_s"] - small[0]["torch_s"]) * 1e6
+        rows.append(["4 KB within 50 us of torch.distributed", "%+.0f us" % diff_us,
+                     "met" if diff_us <= 50 else "not met"])
+    return rows
+
+
 def engine_counts_per_call(e, fn, calls):
     """The engine's counters (cycles, negotiations, fused batches...) per fn() call."""
     e.reset_stats()
@@ -190,8 +212,10 @@ def main(argv=None):
         print("engine per 160-submit step: " + ", ".join("%s %.1f" % kv for kv in sorted(per_step.items()))
               + "  (%s)" % results["step"]["engine_params"])
         print("engine per grouped step: " + ", ".join("%s %.1f" % kv for kv in sorted(per_group.items())))
+    goals = goal_rows(results)
+    if goals:
+        print_table("goals, this run", ["goal", "measured", ""], goals)
     if rank == 0:
-        print("targets: " + TARGETS)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=1)

@@ -54,3 +54,16 @@ def test_dry_run_prints_the_plan_without_a_gpu():
     assert result.returncode == 0, result.stderr
     assert "4 KB (x200)" in result.stdout and "256 MB (x16)" in result.stdout
     assert "step: 160 tensors" in result.stdout
+
+
+def test_each_goal_is_judged_from_the_runs_results():
+    results = {"sizes": [{"bytes": 4096, "tf_ring_s": 104e-6, "torch_s": 83e-6},
+                         {"bytes": 64 << 20, "tf_ring_s": 20.65e-3, "torch_s": 21.23e-3},
+                         {"bytes": 256 << 20, "tf_ring_s": 111.1e-3, "torch_s": 91.2e-3}],
+               "step": {"tf_ring_s": 9.07e-3, "torch_per_tensor_s": 21.44e-3}}
+    rows = g.goal_rows(results)
+    assert rows[0][1:] == ["2.36x", "met"]
+    assert rows[1][1:] == ["worst 1.22", "not met"]  # the worse of 64 and 256 MB decides
+    assert rows[2][1:] == ["+21 us", "met"]
+    # --step-only: only the step's goal
+    assert [r[0] for r in g.goal_rows({"sizes": [], "step": results["step"]})] == [rows[0][0]]
