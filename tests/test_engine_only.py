@@ -33,6 +33,14 @@ def test_engine_only_collectives_on_host_arrays(engine_lib, np):
     jobs.run_collectives(run_under_launcher, np, "cpu", engine_lib)
 
 
+@pytest.mark.parametrize("np", [2, 3])
+def test_xla_handlers_inside_a_jax_jit_program_on_host_arrays(engine_lib, np):
+    """The XLA custom call's Host handler through jax.ffi (build.sh adds the
+    handlers where this Python has JAX; CI's has none)."""
+    pytest.importorskip("jax", reason="JAX is not installed here: the handlers run through jax.ffi where it is")
+    jobs.run_collectives(run_under_launcher, np, "cpu", engine_lib, test_file="mpi_xla_jax.py")
+
+
 def test_engine_only_dead_rank_ends_the_job(engine_lib):
     jobs.run_dead_rank(run_under_launcher, 2, "cpu", engine_lib)
 

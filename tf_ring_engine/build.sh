@@ -125,6 +125,17 @@ if [ "$("$cxx" -print-file-name=libstdc++.so)" = libstdc++.so ]; then
   echo "tf_ring_engine: $cxx has no libstdc++.so; linking $cxx_runtime"
 fi
 args+=("MPI_CFLAGS=$mpi_cflags" "MPI_LIBS=$mpi_libs $cxx_runtime" "PY_CFLAGS=$py_cflags")
+# Where this Python has JAX, its FFI headers (jaxlib ships them) add tf_ring's
+# XLA custom-call handlers, for jax.ffi (tf_ring_engine/xla.py): the same
+# handlers TensorFlow's XLA runs, testable where TensorFlow is not.
+# TF_RING_ENGINE_XLA=0 leaves them out.
+if [ "${TF_RING_ENGINE_XLA:-1}" != 0 ]; then
+  xla_inc="$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())' 2>/dev/null || true)"
+  if [ -n "$xla_inc" ] && [ -e "$xla_inc/xla/ffi/api/ffi.h" ]; then
+    args+=("XLA_FFI_CFLAGS=-isystem $xla_inc")  # -isystem: no warnings from its headers
+    echo "tf_ring_engine: with the XLA handlers for jax.ffi (FFI headers in $xla_inc)"
+  fi
+fi
 if [ "$link" = 1 ]; then
   make -s -C "$here" -j "$jobs" "${args[@]}"
   echo "tf_ring_engine: built ${ENGINE_LIB:-$here/_tf_ring_engine.so}"

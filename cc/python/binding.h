@@ -23,6 +23,7 @@ void RegisterLifecycle(py::module_& m);    // init, shutdown, topology
 void RegisterProcessSets(py::module_& m);  // add, remove, query
 void RegisterObservability(py::module_& m);  // stats, engine params, timeline
 void RegisterCollectives(py::module_& m);  // engine-only collectives (tf_ring_engine)
+void RegisterXlaHandlers(py::module_& m);  // the XLA handlers for jax.ffi (engine-only, with JAX)
 
 }  // namespace python
 }  // namespace tf_ring

@@ -25,4 +25,5 @@ PYBIND11_MODULE(TF_RING_PY_MODULE, m) {
   tf_ring::python::RegisterProcessSets(m);
   tf_ring::python::RegisterObservability(m);
   tf_ring::python::RegisterCollectives(m);
+  tf_ring::python::RegisterXlaHandlers(m);
 }

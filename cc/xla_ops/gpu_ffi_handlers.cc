@@ -4,8 +4,9 @@
 // inputs are ready once that stream reaches the call (an event recorded
 // here, which the NCCL stream waits on), and the call blocks until the
 // collective has finished, so the stream's later work reads finished
-// outputs. Compiled and type-checked in CI's CUDA build; it runs only on a
-// GPU machine with TensorFlow (tests/gpu).
+// outputs. Compiled and type-checked in CI's CUDA build; it runs on a GPU
+// machine with TensorFlow, or through JAX in the engine-only library
+// (tests/gpu).
 #include <cuda_runtime_api.h>
 
 #include "xla_ops/ffi_collective.h"
@@ -41,8 +42,15 @@ XLA_FFI_DEFINE_HANDLER(kTfRingCudaCollective, CudaCollective,
                            .RemainingRets()
                            .Attr<std::string_view>("config"));
 
+#ifdef TF_RING_XLA_EXPORTED_HANDLERS
+// As for the Host handler (ffi_handlers.cc): exported, not registered.
+extern "C" XLA_FFI_Error* tf_ring_xla_cuda_collective(XLA_FFI_CallFrame* frame) {
+  return kTfRingCudaCollective(frame);
+}
+#else
 XLA_FFI_REGISTER_HANDLER(::xla::ffi::GetXlaFfiApi(), "tf_ring_collective", "CUDA",
                          kTfRingCudaCollective);
+#endif
 
 }  // namespace xla_ops
 }  // namespace tf_ring

@@ -23,12 +23,15 @@ def launcher_flags(device):
     return ["--share-gpu"] if device == "cuda" else []
 
 
-def run_collectives(run_under_launcher, np, device, lib=None):
+def run_collectives(run_under_launcher, np, device, lib=None, test_file="mpi_gpu_collectives.py"):
+    env = job_env(device, lib)
+    if test_file == "mpi_xla_jax.py":
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # JAX would take 75% of the shared GPU per rank
     result = run_under_launcher(
         np, launcher_flags(device) + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                       "-p", "gpu_rank_plugin", "-o", "python_files=mpi_*.py", "-x",
-                                      os.path.join(HERE, "mpi_gpu_collectives.py")],
-        timeout=900, env=job_env(device, lib))
+                                      os.path.join(HERE, test_file)],
+        timeout=900, env=env)
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
     assert result.stdout.count(" passed") == np, result.stdout[-4000:]
     if device == "cuda":

@@ -28,6 +28,16 @@ def test_collectives_on_gpu(np):
 
 
 @pytest.mark.parametrize("np", [2, 3])
+def test_xla_handlers_inside_a_jax_jit_program_on_gpu(np):
+    """The XLA custom call's CUDA handler (what jit_compile'd TensorFlow runs
+    on a GPU), reached through jax.ffi: the GPU machine has JAX, not TensorFlow."""
+    pytest.importorskip("jax", reason="JAX is not installed: the CUDA handler is run through jax.ffi")
+    import tf_ring_engine.xla as xla
+    assert "CUDA" in xla.handlers_built(), "the library was built without JAX's FFI headers"
+    jobs.run_collectives(run_under_launcher, np, "cuda", test_file="mpi_xla_jax.py")
+
+
+@pytest.mark.parametrize("np", [2, 3])
 def test_a_dead_rank_ends_the_job(np):
     jobs.run_dead_rank(run_under_launcher, np, "cuda")
 
