@@ -44,10 +44,18 @@ echo "MPS: $mps" | tee -a "$out/machine.txt"
 
 echo "== build"
 start=$(date +%s)
-if bash tf_ring_engine/build.sh --cuda > "$out/build.log" 2>&1; then build=ok; else build=FAILED; fi
+if bash tf_ring_engine/build.sh --cuda > "$out/build.log" 2>&1; then
+  build=ok
+elif TF_RING_ENGINE_XLA=0 bash tf_ring_engine/build.sh --cuda > "$out/build_no_xla.log" 2>&1; then
+  # The XLA handlers (built where JAX is) must not cost the other GPU tests.
+  build="ok without the XLA handlers (they failed to build: build.log)"
+  tail -n 30 "$out/build.log"
+else
+  build=FAILED
+fi
 echo "build: $build in $(( $(date +%s) - start )) s (log: build.log)"
 tail -n 3 "$out/build.log"
-if [ "$build" != ok ]; then tail -n 60 "$out/build.log"; exit 1; fi
+if [ "$build" = FAILED ]; then tail -n 60 "$out/build.log"; exit 1; fi
 
 echo "== tests/gpu (2 and 3 ranks, --share-gpu)"
 start=$(date +%s)
