@@ -220,7 +220,9 @@ def test_a_silent_link_down_is_detected_and_survived_in_process(tmp_path):
 
         rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={}, job=TAPE_JOB,
                                 recovery="in-process", on_line=cut_the_link_at_step_8,
-                                extra_args=["--detection-timeout", "5"], timeout=120)
+                                # 10 s, the default: with 5, a CI run on 2 loaded cores once
+                                # saw rank 1's detector suspect rank 0 too (a world of 1)
+                                extra_args=["--detection-timeout", "10"], timeout=150)
         ended = time.time()
         left = {h: hosts.pids_on(h) for h in ("simhost0", "simhost1")}
     out, err = text(lines, "out"), text(lines, "err")
@@ -229,10 +231,10 @@ def test_a_silent_link_down_is_detected_and_survived_in_process(tmp_path):
     assert_two_ranks_end_with_the_uninterrupted_weights(out)
     resumed = [t for t, _, l in lines if l.startswith("START") and "size=2" in l]
     detected = min(resumed) - cut["at"]
-    assert detected < 5 + 5, detected  # the timeout, plus a beat and the shrink
+    assert detected < 10 + 5, detected  # the timeout, plus a beat and the shrink
     assert ended - max(t for t, _, l in lines if l.startswith("END")) < 30  # mpirun was ended
     assert left == {"simhost0": [], "simhost1": []}, left  # no daemon or rank left behind
-    print("link down -> survivors synced after %.1f s (--detection-timeout 5)" % detected)
+    print("link down -> survivors synced after %.1f s (--detection-timeout 10)" % detected)
 
 
 def test_a_silent_link_down_is_detected_and_survived_by_a_restart(tmp_path):

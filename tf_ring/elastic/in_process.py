@@ -11,6 +11,7 @@ start a new engine on it, with the registered process sets renumbered to
 it. The processes, their graphs and memory stay.
 """
 import os
+import sys
 
 from tf_ring import basics
 
@@ -63,6 +64,9 @@ def shrink_and_restart():
         # Too few ranks to go on: the driver's coordinated restart waits for
         # hosts (--elastic-timeout) from the mirrored commit, or fails.
         from tf_ring.elastic import restart
+        print("tf_ring: %d rank(s) left after the shrink, fewer than --min-np %d: leaving for "
+              "tfringrun's restart from the last commit" % (basics.size(), minimum),
+              file=sys.stderr, flush=True)
         restart.exit_for_relaunch()
 
 
