@@ -231,7 +231,10 @@ def test_a_silent_link_down_is_detected_and_survived_in_process(tmp_path):
     assert_two_ranks_end_with_the_uninterrupted_weights(out)
     resumed = [t for t, _, l in lines if l.startswith("START") and "size=2" in l]
     detected = min(resumed) - cut["at"]
-    assert detected < 10 + 5, detected  # the timeout, plus a beat and the shrink
+    # The timeout, plus the shrink and a loaded machine's delays (18 s once in
+    # CI, beside its background install): bounded far below the minutes TCP
+    # would take to give up on the silent host.
+    assert detected < 10 + 30, detected
     assert ended - max(t for t, _, l in lines if l.startswith("END")) < 30  # mpirun was ended
     assert left == {"simhost0": [], "simhost1": []}, left  # no daemon or rank left behind
     print("link down -> survivors synced after %.1f s (--detection-timeout 10)" % detected)
