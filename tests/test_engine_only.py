@@ -38,7 +38,8 @@ def test_xla_handlers_inside_a_jax_jit_program_on_host_arrays(engine_lib, np):
     """The XLA custom call's Host handler through jax.ffi (build.sh adds the
     handlers where this Python has JAX; CI's has none)."""
     pytest.importorskip("jax", reason="JAX is not installed here: the handlers run through jax.ffi where it is")
-    jobs.run_collectives(run_under_launcher, np, "cpu", engine_lib, test_file="mpi_xla_jax.py")
+    jobs.run_collectives(run_under_launcher, np, "cpu", engine_lib, test_file="mpi_xla_jax.py",
+                         extra_env=jobs.JAX_ENV)
 
 
 def test_engine_only_dead_rank_ends_the_job(engine_lib):

@@ -23,10 +23,13 @@ def launcher_flags(device):
     return ["--share-gpu"] if device == "cuda" else []
 
 
-def run_collectives(run_under_launcher, np, device, lib=None, test_file="mpi_gpu_collectives.py"):
-    env = job_env(device, lib)
-    if test_file == "mpi_xla_jax.py":
-        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # JAX would take 75% of the shared GPU per rank
+# The JAX job's ranks share one GPU: JAX would otherwise take 75% of it each.
+JAX_ENV = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def run_collectives(run_under_launcher, np, device, lib=None, test_file="mpi_gpu_collectives.py",
+                    extra_env=None):
+    env = dict(job_env(device, lib), **(extra_env or {}))
     result = run_under_launcher(
         np, launcher_flags(device) + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                       "-p", "gpu_rank_plugin", "-o", "python_files=mpi_*.py", "-x",

@@ -34,7 +34,8 @@ def test_xla_handlers_inside_a_jax_jit_program_on_gpu(np):
     pytest.importorskip("jax", reason="JAX is not installed: the CUDA handler is run through jax.ffi")
     import tf_ring_engine.xla as xla
     assert "CUDA" in xla.handlers_built(), "the library was built without JAX's FFI headers"
-    jobs.run_collectives(run_under_launcher, np, "cuda", test_file="mpi_xla_jax.py")
+    jobs.run_collectives(run_under_launcher, np, "cuda", test_file="mpi_xla_jax.py",
+                         extra_env=jobs.JAX_ENV)
 
 
 @pytest.mark.parametrize("np", [2, 3])
