@@ -206,6 +206,44 @@ def test_an_in_process_world_is_judged_by_its_survivors():
     assert judge(ended, [2, 0, 1], [], [], host_of) == (1, set())
 
 
+def test_a_shrink_below_min_np_blames_the_silent_ranks_when_every_survivor_left():
+    host_of = {0: "a", 1: "b", 2: "c", 3: "c"}.get
+    judge = elastic_plan.judge_in_process_world
+    # Rank 2's host vanished silently; the 2 ranks the shrink kept (0 and 1)
+    # both left for a relaunch: rank 2 is the lost one, and host c with it.
+    ended = {0: ("exit", EXIT_HOSTS_UPDATED), 1: ("exit", EXIT_HOSTS_UPDATED)}
+    assert judge(ended, [0, 1], [2], [], host_of, np=3, shrunk_to=2) == (EXIT_HOSTS_UPDATED, {"c"})
+    # mpirun stopped a survivor before it said: the leavers cannot be told
+    # from the lost, so nobody is blamed (the restart finds out again).
+    ended = {0: ("exit", EXIT_HOSTS_UPDATED), 1: ("stopped", 143)}
+    assert judge(ended, [0, 1], [2], [], host_of, np=3, shrunk_to=2) == (EXIT_HOSTS_UPDATED, set())
+    # No shrink: hosts were added, and the silent ranks were only stopped.
+    ended = {0: ("exit", EXIT_HOSTS_UPDATED), 1: ("exit", EXIT_HOSTS_UPDATED)}
+    assert judge(ended, [0, 1], [2], [], host_of, np=3, shrunk_to=None) == (EXIT_HOSTS_UPDATED, set())
+    # A host keeps its place while a survivor is on it (rank 3 lost, 2 kept).
+    ended = {r: ("exit", EXIT_HOSTS_UPDATED) for r in (0, 1, 2)}
+    assert judge(ended, [0, 1, 2], [3], [], host_of, np=4, shrunk_to=3) == (EXIT_HOSTS_UPDATED, set())
+
+
+@pytest.mark.parametrize("shrunk, says", [
+    (None, "hosts were added; restarting"),
+    (1, "ranks were lost and the 1 left are fewer than --min-np 2; restarting"),
+    (2, "hosts were added (after ranks were lost: 2 of 3 left); restarting"),
+])
+def test_the_driver_says_why_ranks_asked_for_a_relaunch(tmp_path, capsys, shrunk, says):
+    args = driver_args(tmp_path, "echo a:1\necho b:1\necho c:1\n", recovery="in-process")
+    results = [(EXIT_HOSTS_UPDATED, set()), (0, set())]
+
+    def launch(world, env):
+        if shrunk is not None and len(results) == 2:
+            with open(os.path.join(env["TF_RING_ELASTIC_DIR"], elastic_plan.WORLD_SIZE_FILE), "w") as f:
+                f.write("%d\n" % shrunk)
+        return results.pop(0)
+
+    assert elastic_driver.Driver(args, {}, launch, sleep=lambda s: None).run() == 0
+    assert says in capsys.readouterr().err
+
+
 def test_mpirun_is_stopped_only_when_the_shrunk_world_has_ended():
     done = elastic_plan.survivors_finished
     assert not done({2: ("exit", 137), 0: ("exit", 0)}, 2)

@@ -14,6 +14,7 @@ import time
 from tf_ring.elastic import notices
 from tf_ring.elastic.errors import HostUpdateResult
 from tf_ring.run import discovery
+from tf_ring.run import elastic_plan
 from tf_ring.run.elastic_plan import (EXIT_HOSTS_UPDATED, BelowMinimum, added_slots,
                                       hosts_argument, plan_world)
 
@@ -171,7 +172,7 @@ class Driver:
                       "and finished" % ", ".join(sorted(lost)), file=self.out)
                 return 0
             if rc == EXIT_HOSTS_UPDATED and not lost:
-                reason = "hosts were added"
+                reason = self._why_relaunch(path, np)
             elif lost:
                 for host in lost:
                     self.blacklist.add(host)
@@ -186,6 +187,18 @@ class Driver:
             print("tfringrun: %s; restarting (restart %d)" % (reason, self.restarts),
                   file=self.out)
             survivors = [h for h, _ in chosen if h not in lost]
+
+    def _why_relaunch(self, path, np):
+        """A world whose ranks asked for a relaunch and named no lost host:
+        grown, or (in-process) shrunk below --min-np by a loss whose ranks
+        could not be told apart (mpirun stopped survivors before they said)."""
+        shrunk = elastic_plan.shrunk_size(path) if in_process(self.args) else None
+        if shrunk is not None and shrunk < self.args.min_np:
+            return ("ranks were lost and the %d left are fewer than --min-np %d"
+                    % (shrunk, self.args.min_np))
+        if shrunk is not None and shrunk < np:
+            return "hosts were added (after ranks were lost: %d of %d left)" % (shrunk, np)
+        return "hosts were added"
 
     def _watch_for_gain(self, chosen, path, secret, stop):
         """Polls discovery while a world runs; one notice per new offer."""

@@ -2,6 +2,7 @@
 next world runs on and how many ranks, and what a rank's exit means.
 
 Kept apart from the loop that runs mpirun so each rule is unit-tested."""
+import os
 
 # A rank exits with this after HostsUpdatedInterrupt and saving its commit,
 # asking the driver to relaunch at the new size (not a failure).
@@ -93,7 +94,7 @@ def judge_world(rc, ended, end_order, silent, named_hosts, host_of, mpi_errors=(
     return rc, set(named_hosts) | {host_of(r) for r in list(silent) + killed}
 
 
-def judge_in_process_world(ended, end_order, silent, named_hosts, host_of):
+def judge_in_process_world(ended, end_order, silent, named_hosts, host_of, np=None, shrunk_to=None):
     """(rc, lost hosts) for a world run with --recovery in-process, where
     survivors carry on after a rank dies and mpirun's own code says little.
 
@@ -102,7 +103,13 @@ def judge_in_process_world(ended, end_order, silent, named_hosts, host_of):
     survivor's ordinary failure -> that failure; any EXIT_HOSTS_UPDATED -> a
     relaunch at a new size; all 0 -> 0 (the job finished on the ranks left).
     Survivors that mpirun stopped ("stopped": a lost host's daemon took the
-    job down) leave it to the coordinated restart: (1, lost)."""
+    job down) leave it to the coordinated restart: (1, lost).
+
+    `shrunk_to` is the world's size after its last shrink (rank 0 writes it;
+    None when it never shrank) and `np` its size at the start. When as many
+    ranks left with EXIT_HOSTS_UPDATED as the shrink kept, the leavers are
+    exactly the survivors, so every other rank was lost, even one that went
+    silently (link down): its host is lost unless a survivor shares it."""
     killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
     # When mpirun names the host it lost, the other silent ranks were only cut
     # off by its teardown (seen on the simulated hosts: a killed host's
@@ -116,10 +123,27 @@ def judge_in_process_world(ended, end_order, silent, named_hosts, host_of):
     if EXIT_HOSTS_UPDATED in codes:
         # Ranks asked for a relaunch at a new size; mpirun may stop or kill
         # the rest as soon as the first leaves, so the silent ones are not lost.
-        return EXIT_HOSTS_UPDATED, set(named_hosts) | {host_of(r) for r in killed}
+        lost = set(named_hosts) | {host_of(r) for r in killed}
+        leavers = {r for r, (kind, code) in ended.items() if kind == "exit" and code == EXIT_HOSTS_UPDATED}
+        if shrunk_to is not None and np is not None and shrunk_to < np and len(leavers) == shrunk_to:
+            kept = {host_of(r) for r in leavers}
+            lost |= {host_of(r) for r in range(np) if r not in leavers} - kept
+        return EXIT_HOSTS_UPDATED, lost
     if codes and not stopped:
         return 0, lost
     return 1, lost  # lost with nobody finishing: the driver restarts on the rest
+
+
+WORLD_SIZE_FILE = "world_size"  # in TF_RING_ELASTIC_DIR; tf_ring.elastic.in_process writes it
+
+
+def shrunk_size(elastic_dir):
+    """The running world's size after its last in-process shrink, or None."""
+    try:
+        with open(os.path.join(elastic_dir, WORLD_SIZE_FILE)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def survivors_finished(ended, expected):

@@ -296,11 +296,11 @@ def _start_world(world, env, token, cleanup, may_retry):
                                drop_tf_gpu_probe=_drops_tf_gpu_probe(world))
     finished = None
     if elastic_driver.in_process(world):
-        size_file = os.path.join(env["TF_RING_ELASTIC_DIR"], "world_size")
+        size_file = os.path.join(env["TF_RING_ELASTIC_DIR"], elastic_plan.WORLD_SIZE_FILE)
         if os.path.exists(size_file):
             os.remove(size_file)  # a shrunk size from the last world is not this one's
         finished = lambda: elastic_plan.survivors_finished(  # noqa: E731
-            dict(watch.ended), _read_int(size_file, world.np))
+            dict(watch.ended), elastic_plan.shrunk_size(env["TF_RING_ELASTIC_DIR"]) or world.np)
     silence = world.detection_timeout if _beat_interval(world) else None
     rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup, say_failed=False,
                   finished=finished, silence_timeout=silence)
@@ -310,9 +310,9 @@ def _start_world(world, env, token, cleanup, may_retry):
         _say_failed(rc or 1)  # twice: an ordinary failure, no host to blame
         return (rc or 1, set()), watch, rc
     if finished is not None:
-        return elastic_plan.judge_in_process_world(dict(watch.ended), list(watch.end_order),
-                                                   watch.lost_ranks(), watch.lost_hosts_named(),
-                                                   watch.host_of), watch, rc
+        return elastic_plan.judge_in_process_world(
+            dict(watch.ended), list(watch.end_order), watch.lost_ranks(), watch.lost_hosts_named(),
+            watch.host_of, world.np, elastic_plan.shrunk_size(env["TF_RING_ELASTIC_DIR"])), watch, rc
     judged_rc, lost = elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
                                                watch.lost_ranks(), watch.lost_hosts_named(),
                                                watch.host_of, watch.mpi_error_ranks())
@@ -357,14 +357,6 @@ _STOP_GRACE_S = 10.0
 # Every rank of a fault-tolerant world ended but mpirun did not: how long to
 # let it exit on its own first.
 _FINISH_GRACE_S = 3.0
-
-
-def _read_int(path, default):
-    try:
-        with open(path) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return default
 
 
 def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_failed=True,
