@@ -125,6 +125,43 @@ def test_a_host_gone_silent_fails_the_job_naming_it():
     print("silent host -> plain job stopped after %.1f s (--detection-timeout 5)" % elapsed)
 
 
+def test_a_host_whose_daemon_stops_forwarding_output_still_beats_over_udp():
+    """The second host's Open MPI daemon is stopped (SIGSTOP) for 10 s while
+    its ranks go on: the status lines' beats, which travel through that
+    daemon, stop; the UDP beats, sent from beside each rank straight to the
+    launcher, do not. With --detection-timeout 5 the host is not declared
+    lost, the job ends 0, and the launcher's summary shows both silences."""
+    loop = MPI_LOOP.replace("range(60000)", "range(2000)")  # about 20 s
+    with SimulatedHosts(2) as hosts:
+        proc = start_job(hosts.launcher_args(2) + ["--detection-timeout", "5"],
+                         [sys.executable, "-c", loop])
+        training = []
+        while len(training) < 4:
+            line = proc.stdout.readline()
+            if not line:
+                pytest.fail("job ended early:\n" + proc.stderr.read()[-5000:])
+            training += [line] if line.startswith("TRAINING") else []
+        daemons = [pid for pid in hosts.pids_on(hosts.hostnames[1])
+                   if open("/proc/%d/comm" % pid).read().strip() == "prted"]
+        assert daemons  # prted (the agent may show it twice: its shell and itself)
+        for pid in daemons:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(10)
+        for pid in daemons:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # the launcher declared the host lost and stopped the job (the asserts say so)
+        out, err = finish(proc, timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        assert "nothing heard from" not in err, err[-3000:]
+        summary = [line for line in err.splitlines() if "tfringrun: heartbeats:" in line]
+        assert summary, err[-3000:]
+        output_gap = float(summary[0].split(" s on mpirun's output")[0].rsplit(" ", 1)[1])
+        udp_gap = float(summary[0].split(" s over UDP")[0].rsplit(" ", 1)[1])
+        assert output_gap > 8 and udp_gap < 3, summary[0]
+
+
 def write_agent(path, real_agent, broken_host, action):
     """An agent that does `action` instead of reaching `broken_host`."""
     with open(path, "w") as f:

@@ -46,10 +46,11 @@ def add_arguments(parser):
                        help="a host silent for S seconds (its link down, the machine frozen) "
                             "is declared lost. --recovery in-process: Open MPI's heartbeat "
                             "detector (default 10). Otherwise off unless given: the launcher "
-                            "then hears a beat from every rank's wrapper every S/3.5 s (an "
-                            "elastic job restarts without a silent host, a plain one stops "
-                            "naming it); the beats cross the job's network, so on a saturated "
-                            "link give a minute or more (docs/launching.md)")
+                            "then hears a beat from every rank's wrapper every S/3.5 s on "
+                            "mpirun's output and a signed UDP beat every 0.5 s (an elastic "
+                            "job restarts without a silent host, a plain one stops naming "
+                            "it); both cross the job's network, so on a saturated link give "
+                            "a minute or more (docs/launching.md)")
 
 
 def is_elastic(args):

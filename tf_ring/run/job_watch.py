@@ -12,10 +12,12 @@ died or whose daemon never started; the launcher names it.
 import os
 import re
 import select
+import shlex
 import threading
 import time
 
 STATUS = "tfringrun-status"
+_BEATS_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "beats.py")
 # mpirun's own words (on stdout or stderr) for a daemon that failed to
 # start or report back, and for one it lost.
 _MPIRUN_HOST_PATTERNS = (re.compile(rb"Remote host:\s+(\S+)"),
@@ -35,7 +37,7 @@ TF_GPU_PROBE_NOISE = re.compile(
     rb"CUDA_ERROR_NO_DEVICE|no CUDA-capable device)[^\n]*)\r?\n", re.MULTILINE)
 
 
-def rank_wrapper(token, die_like_the_rank=False, beat_s=None):
+def rank_wrapper(token, die_like_the_rank=False, beat_s=None, udp_beats_python=None):
     """The sh script every rank runs under ("$@" is the user's command).
 
     beat_s: a background loop reports "beat" every beat_s seconds while the
@@ -46,6 +48,10 @@ def rank_wrapper(token, die_like_the_rank=False, beat_s=None):
     that the wrapper is alive (and no zombie: a TERM from the teardown that
     lands while the loop is being forked may leave it running); its sleep
     holds none of the job's pipes and goes with it.
+
+    udp_beats_python: with beat_s, this Python also runs tf_ring/run/beats.py
+    beside the rank, which sends signed beats over UDP every 0.5 s (they
+    do not wait behind the job's traffic in the daemon's TCP connection).
 
     die_like_the_rank: a rank killed by a signal takes its shell down with
     SIGKILL after reporting, instead of exiting with 128+signal. Under ULFM
@@ -66,8 +72,11 @@ def rank_wrapper(token, die_like_the_rank=False, beat_s=None):
                 'while kill -0 $$ && ! grep -q "^State:.*Z" /proc/$$/status; do '
                 'sleep %g </dev/null >/dev/null 3>&- & s=$!; wait $s; ' % beat_s
                 + status + ' beat $r" >&3 || exit 0; done) & b=$!; ') if beat_s else '')
+            + (('%s %s $r $$ </dev/null >/dev/null 2>&1 3>&- & u=$!; '
+                % (shlex.quote(udp_beats_python), shlex.quote(_BEATS_SCRIPT)))
+               if beat_s and udp_beats_python else '')
             + '(exec 2>&3 3>&-; exec "$@"); rc=$?; '
-            + ('kill $b; ' if beat_s else '') +
+            + ('kill $b; ' if beat_s else '') + ('kill $u; ' if beat_s and udp_beats_python else '') +
             'if [ -n "$stopped" ]; then ' + status + ' stopped $r $rc" >&3; exit $rc; fi; '
             'if [ $rc -ne 0 ]; then echo "tfringrun: rank $r exited with code $rc" >&3; fi; '
             + status + ' exit $r $rc" >&3; '
@@ -89,7 +98,9 @@ class JobWatch(object):
         self.started = {}  # rank -> host it reported
         self.ended = {}  # rank -> ("exit" or "stopped", code)
         self.end_order = []  # ranks in the order their ends were reported
-        self.heard = {}  # rank -> when its last status line (start or beat) came
+        self.heard = {}  # rank -> when its last status line (start or beat) or UDP beat came
+        self._last_beat = {}  # (path, rank) -> when that path last brought a beat
+        self.longest_gap = {"output": 0.0, "udp": 0.0}  # of any running rank, per path
         self._writing = 0  # pump threads inside a write of the launcher's output
         self.declared_lost = []  # hosts the launcher gave up on for their silence
         self._status = re.compile(rb"%s %s (start|exit|stopped|beat) (\S+) ?(\S*)\r?\n"
@@ -173,9 +184,23 @@ class JobWatch(object):
         with self._lock:
             self._record_locked(kind, rank, value)
 
+    def heard_over_udp(self, rank):
+        """A valid UDP beat (tf_ring.run.beats) from `rank`."""
+        with self._lock:
+            if rank in self.started and rank not in self.ended:
+                self._beat_locked("udp", rank)
+
+    def _beat_locked(self, path, rank):
+        now = time.time()
+        self.heard[rank] = now
+        last = self._last_beat.get((path, rank))
+        if last is not None:
+            self.longest_gap[path] = max(self.longest_gap[path], now - last)
+        self._last_beat[(path, rank)] = now
+
     def _record_locked(self, kind, rank, value):
         if kind in ("start", "beat"):
-            self.heard[int(rank)] = time.time()
+            self._beat_locked("output", int(rank))
         if kind == "start":
             self.started[int(rank)] = value
         elif kind != "beat":

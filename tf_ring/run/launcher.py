@@ -17,8 +17,8 @@ import sys
 import threading
 import time
 
-from tf_ring.run import (check_build, cluster_hosts, elastic_driver, elastic_plan, engine_flags,
-                         job_watch, layout, orphan_daemons, process_tree)
+from tf_ring.run import (beats, check_build, cluster_hosts, elastic_driver, elastic_plan,
+                         engine_flags, job_watch, layout, orphan_daemons, process_tree)
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -158,10 +158,11 @@ def _network_arguments(args):
     return cmd
 
 
-def build_command(args, is_root=None, cores=None, environ=None, token="job"):
+def build_command(args, is_root=None, cores=None, environ=None, token="job", udp_beats=False):
     """The full mpirun argv for `args`; `environ` is what remote hosts get
     forwarded (default: ours plus the engine flags); `token` marks this job's
-    status lines (see job_watch)."""
+    status lines (see job_watch); `udp_beats`: the wrappers also beat over
+    UDP (tf_ring.run.beats; `environ` then holds the listener's address)."""
     is_root = os.geteuid() == 0 if is_root is None else is_root
     cores = os.cpu_count() or 1 if cores is None else cores
     cmd = [_find_mpirun(), "-np", str(args.np)]
@@ -186,16 +187,16 @@ def build_command(args, is_root=None, cores=None, environ=None, token="job"):
     cmd += shlex.split(args.mpi_args)
     wrapper = (_SHARE_GPU_PREFIX if getattr(args, "share_gpu", False) else "") + job_watch.rank_wrapper(
         token, die_like_the_rank=elastic_driver.in_process(args),
-        beat_s=_beat_interval(args))
+        beat_s=_beat_interval(args), udp_beats_python=sys.executable if udp_beats else None)
     cmd += ["sh", "-c", wrapper, "tfringrun-rank"] + list(args.command)
     return cmd
 
 
 def _beat_interval(args):
-    """Seconds between the rank wrappers' heartbeat lines (job_watch), or
-    None: off unless --detection-timeout is given (the beats cross the
-    job's own network, where a saturated link delayed them by up to 9 s on
-    the simulated hosts), in-process mode has Open MPI's own detector, and
+    """Seconds between the rank wrappers' heartbeat lines (job_watch; UDP
+    beats go beside them, tf_ring.run.beats), or None: off unless
+    --detection-timeout is given (beats cross the job's own network, where
+    a loaded one silenced them for seconds on the simulated hosts), in-process mode has Open MPI's own detector, and
     a job whose stderr goes to files (--output) cannot be watched."""
     if (getattr(args, "detection_timeout", None) is None or elastic_driver.in_process(args)
             or not _watches_status(args)):
@@ -256,15 +257,17 @@ def main(argv=None):
         return check_build.check_build()
     env = child_environment(args)
     token = os.urandom(4).hex()
+    listener = beats.Listener(token) if _beat_interval(args) else None
+    env.update(listener.environment() if listener else {})
     # Built after the engine flags are in `env`, so remote hosts get them too.
-    cmd = build_command(args, environ=env, token=token)
+    cmd = build_command(args, environ=env, token=token, udp_beats=listener is not None)
     if args.verbose:
         _print_plan(args, cmd)
     cleanup = functools.partial(orphan_daemons.stop_orphaned_daemons,
                                 rsh_agent=args.rsh_agent, ssh_port=args.ssh_port)
     if elastic_driver.is_elastic(args):
         return elastic_driver.Driver(args, env, functools.partial(
-            _run_world, token=token, cleanup=cleanup)).run()
+            _run_world, token=token, cleanup=cleanup, listener=listener)).run()
 
     def start_job(may_retry):
         watch = None
@@ -272,6 +275,7 @@ def main(argv=None):
             planned = layout.rank_layout(args.np, args.hosts, os.cpu_count() or 1)
             watch = job_watch.JobWatch(token, args.np, {rank: host for rank, host, _ in planned},
                                        drop_tf_gpu_probe=_drops_tf_gpu_probe(args))
+            _hear_udp_beats(listener, watch)
         rc = _run_job(cmd, env, args.np, watch, args.start_timeout, cleanup,
                       silence_timeout=args.detection_timeout if _beat_interval(args) else None)
         return rc, watch, rc
@@ -279,21 +283,28 @@ def main(argv=None):
     return _once_more_if_mpirun_did_not_start(start_job, "the job")
 
 
-def _run_world(world, env, token, cleanup):
+def _hear_udp_beats(listener, watch):
+    if listener is not None:
+        listener.on_beat = watch.heard_over_udp
+
+
+def _run_world(world, env, token, cleanup, listener=None):
     """One elastic world: (rc, hosts whose ranks died outright); the rules
     are elastic_plan.judge_world's."""
     return _once_more_if_mpirun_did_not_start(
-        functools.partial(_start_world, world, env, token, cleanup), "this world")
+        functools.partial(_start_world, world, env, token, cleanup, listener), "this world")
 
 
-def _start_world(world, env, token, cleanup, may_retry):
+def _start_world(world, env, token, cleanup, listener, may_retry):
     """Runs one world once: (what _run_world returns, its watch, mpirun's
     code). Not judged when mpirun could not start and may be retried: every
     host would look lost, be blacklisted, and the job end (seen in CI)."""
-    cmd = build_command(world, environ=env, token=token)
+    cmd = build_command(world, environ=env, token=token,
+                        udp_beats=listener is not None and bool(_beat_interval(world)))
     planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
     watch = job_watch.JobWatch(token, world.np, {rank: host for rank, host, _ in planned},
                                drop_tf_gpu_probe=_drops_tf_gpu_probe(world))
+    _hear_udp_beats(listener, watch)
     finished = None
     if elastic_driver.in_process(world):
         size_file = os.path.join(env["TF_RING_ELASTIC_DIR"], elastic_plan.WORLD_SIZE_FILE)
@@ -424,6 +435,11 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_fai
             if stop_asked is not None and now - stop_asked > stop_grace:
                 process_tree.kill_tree(proc.pid)
         rc = proc.wait()
+        if silence_timeout and watch:
+            print("tfringrun: heartbeats: longest silence of a running rank %.1f s on mpirun's "
+                  "output, %.1f s over UDP (--detection-timeout %g)" % (
+                      watch.longest_gap["output"], watch.longest_gap["udp"], silence_timeout),
+                  file=sys.stderr)
         process_tree.kill(stuck_agents)
         if watch and cleanup and not watch.all_started():
             cleanup(sorted(watch.hosts_without_start()), proc.pid)
