@@ -36,6 +36,16 @@ def finish(proc, timeout):
         pytest.fail("the job did not end within %d s\n%s\n%s" % (timeout, out[-3000:], err[-5000:]))
 
 
+def wait_until_every_rank_trains(proc, ranks=4):
+    """Reads the job's output until `ranks` TRAINING lines came: every rank is in its loop."""
+    training = 0
+    while training < ranks:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail("job ended early:\n" + proc.stderr.read()[-5000:])
+        training += line.startswith("TRAINING")
+
+
 def leftovers(hosts, proc):
     """Processes still on the hosts, or in the job's session on this machine."""
     pids = [p for host in hosts.hostnames for p in hosts.pids_on(host)]
@@ -69,12 +79,7 @@ MPI_LOOP = ("import time; from mpi4py import MPI; import numpy as np; c = MPI.CO
 def test_killing_a_host_mid_training_fails_the_job_naming_it(victim, command):
     with SimulatedHosts(2) as hosts:
         proc = start_job(hosts.launcher_args(2), command)
-        training = []
-        while len(training) < 4:  # every rank is inside the loop
-            line = proc.stdout.readline()
-            if not line:
-                pytest.fail("job ended early:\n" + proc.stderr.read()[-5000:])
-            training += [line] if line.startswith("TRAINING") else []
+        wait_until_every_rank_trains(proc)
         dead = hosts.hostnames[victim]
         killed = hosts.kill_host(dead)
         assert killed  # its ranks and Open MPI's daemon
@@ -99,12 +104,7 @@ def test_a_host_gone_silent_fails_the_job_naming_it():
     with SimulatedHosts(2) as hosts:
         proc = start_job(hosts.launcher_args(2) + ["--detection-timeout", "5"],
                          [sys.executable, "-c", MPI_LOOP])
-        training = []
-        while len(training) < 4:
-            line = proc.stdout.readline()
-            if not line:
-                pytest.fail("job ended early:\n" + proc.stderr.read()[-5000:])
-            training += [line] if line.startswith("TRAINING") else []
+        wait_until_every_rank_trains(proc)
         silent = hosts.hostnames[1]
         subprocess.run(["ip", "link", "set", hosts.netns(silent), "down"], check=True)
         start = time.time()
@@ -135,12 +135,7 @@ def test_a_host_whose_daemon_stops_forwarding_output_still_beats_over_udp():
     with SimulatedHosts(2) as hosts:
         proc = start_job(hosts.launcher_args(2) + ["--detection-timeout", "5"],
                          [sys.executable, "-c", loop])
-        training = []
-        while len(training) < 4:
-            line = proc.stdout.readline()
-            if not line:
-                pytest.fail("job ended early:\n" + proc.stderr.read()[-5000:])
-            training += [line] if line.startswith("TRAINING") else []
+        wait_until_every_rank_trains(proc)
         daemons = [pid for pid in hosts.pids_on(hosts.hostnames[1])
                    if open("/proc/%d/comm" % pid).read().strip() == "prted"]
         assert daemons  # prted (the agent may show it twice: its shell and itself)

@@ -196,8 +196,9 @@ def _beat_interval(args):
     """Seconds between the rank wrappers' heartbeat lines (job_watch; UDP
     beats go beside them, tf_ring.run.beats), or None: off unless
     --detection-timeout is given (beats cross the job's own network, where
-    a loaded one silenced them for seconds on the simulated hosts), in-process mode has Open MPI's own detector, and
-    a job whose stderr goes to files (--output) cannot be watched."""
+    a loaded one silenced them for seconds on the simulated hosts),
+    in-process mode has Open MPI's own detector, and a job whose stderr
+    goes to files (--output) cannot be watched."""
     if (getattr(args, "detection_timeout", None) is None or elastic_driver.in_process(args)
             or not _watches_status(args)):
         return None
@@ -299,8 +300,8 @@ def _start_world(world, env, token, cleanup, listener, may_retry):
     """Runs one world once: (what _run_world returns, its watch, mpirun's
     code). Not judged when mpirun could not start and may be retried: every
     host would look lost, be blacklisted, and the job end (seen in CI)."""
-    cmd = build_command(world, environ=env, token=token,
-                        udp_beats=listener is not None and bool(_beat_interval(world)))
+    # main() made the listener only when the job beats (every world alike).
+    cmd = build_command(world, environ=env, token=token, udp_beats=listener is not None)
     planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
     watch = job_watch.JobWatch(token, world.np, {rank: host for rank, host, _ in planned},
                                drop_tf_gpu_probe=_drops_tf_gpu_probe(world))
