@@ -141,6 +141,18 @@ def test_ranks_asking_for_a_relaunch_are_not_a_loss():
     assert judge(1, [(0, "exit", EXIT_HOSTS_UPDATED), (2, "exit", 137)]) == (1, {"b"})
 
 
+def test_a_peers_mpi_error_abort_after_a_rank_left_for_a_relaunch_is_still_a_relaunch():
+    # Seen in CI: rank 0 exited 75 at the commit, rank 1's MPI saw its socket
+    # close and aborted (code 14) before reaching its own exit 75.
+    assert judge(14, [(0, "exit", EXIT_HOSTS_UPDATED), (1, "exit", 14)],
+                 mpi_errors=[1]) == (EXIT_HOSTS_UPDATED, set())
+    # An abort that is no MPI error is still a rank's own failure.
+    assert judge(1, [(0, "exit", EXIT_HOSTS_UPDATED), (1, "exit", 1)]) == (1, set())
+    # An MPI error abort first, with nobody leaving for a relaunch: a failure.
+    assert judge(14, [(1, "exit", 14), (0, "exit", EXIT_HOSTS_UPDATED)],
+                 mpi_errors=[1]) == (14, set())
+
+
 def test_a_survivors_mpi_error_abort_reported_first_does_not_hide_the_killed_rank():
     # Seen on the simulated hosts: rank 2 was killed, rank 1's MPI saw the
     # socket close and aborted (code 14), and its report came first.

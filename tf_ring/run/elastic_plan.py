@@ -64,11 +64,16 @@ def judge_world(rc, ended, end_order, silent, named_hosts, host_of, mpi_errors=(
     when a rank was killed or went silent: a peer's socket closing is how the
     survivors see the loss, and their reports can arrive before the killed
     rank's (seen on the simulated hosts: ranks 0 and 1 "exited with code 14"
-    first, Open MPI's message named rank 1 only).
+    first, Open MPI's message named rank 1 only). Nor is it one after a rank
+    left first with EXIT_HOSTS_UPDATED.
     """
     killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
+    first = next((ended[r][1] for r in end_order if ended[r][0] == "exit" and ended[r][1] != 0), None)
     consequences = set()
-    if killed or silent:
+    # A rank that left for a relaunch closes its sockets as it goes; a peer
+    # still in an MPI call may abort on that ("Socket closed", seen in CI)
+    # before it reaches its own exit 75.
+    if killed or silent or first == EXIT_HOSTS_UPDATED:
         # Open MPI prints its error once per node at most, so a rank that
         # exited with the same code as a named MPI error is one too.
         mpi_codes = {ended[r][1] for r in mpi_errors if r in ended}
