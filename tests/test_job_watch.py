@@ -300,3 +300,27 @@ def test_in_process_wrapper_dies_of_a_signal_when_its_rank_did():
     assert rc == 3 and err.endswith("%s exit 5 3\n" % TOKEN)
     rc, _, _ = run_wrapper(["sh", "-c", "kill -KILL $$"])  # the default: an exit code
     assert rc == 128 + signal.SIGKILL
+
+
+def test_the_heartbeat_summary_is_printed_only_for_a_job_whose_ranks_ran(capfd):
+    """An mpirun that failed to start is started once more; the summary of
+    the first, which heard nothing, must not stand in for the second's (a
+    CI run's test read 0.0 s silences from it)."""
+    from tf_ring.run import launcher
+
+    def run(script):
+        watch = JobWatch(TOKEN, 2, {0: "h0", 1: "h0"})
+        launcher._run_job(["sh", "-c", script], dict(os.environ), 2, watch, start_timeout=60,
+                          silence_timeout=30)
+        return capfd.readouterr().err
+
+    said = "The PMIx server's listener thread failed to start. We cannot continue."
+    assert "tfringrun: heartbeats" not in run("echo \"%s\" >&2; exit 213" % said)
+    lines = [status(kind, r, v).decode().strip() for kind, r, v in (
+        ("start", 0, "h0"), ("start", 1, "h0"), ("beat", 0, ""), ("beat", 1, ""),
+        ("exit", 0, "0"), ("exit", 1, "0"))]
+    script = "; ".join("echo '%s' >&2; sleep 0.3" % line for line in lines)
+    summary = [l for l in run(script).splitlines() if "tfringrun: heartbeats" in l]
+    assert len(summary) == 1, summary
+    gap = float(summary[0].split(" s on mpirun's output")[0].rsplit(" ", 1)[1])
+    assert 0.5 <= gap < 3, summary  # start to beat: two 0.3 s sleeps

@@ -151,10 +151,10 @@ def test_a_host_whose_daemon_stops_forwarding_output_still_beats_over_udp():
         assert proc.returncode == 0, err[-3000:]
         assert "nothing heard from" not in err, err[-3000:]
         summary = [line for line in err.splitlines() if "tfringrun: heartbeats:" in line]
-        assert summary, err[-3000:]
+        assert len(summary) == 1, err[-3000:]  # one per mpirun whose ranks ran
         output_gap = float(summary[0].split(" s on mpirun's output")[0].rsplit(" ", 1)[1])
         udp_gap = float(summary[0].split(" s over UDP")[0].rsplit(" ", 1)[1])
-        assert output_gap > 8 and udp_gap < 3, summary[0]
+        assert output_gap > 8 and udp_gap < 3, err[-3000:]
 
 
 def write_agent(path, real_agent, broken_host, action):

@@ -219,6 +219,12 @@ class JobWatch(object):
         return _by_host((r, self.planned.get(r, "?")) for r in range(self.np)
                         if r not in self.started)
 
+    def heartbeat_summary(self, timeout):
+        """The launcher's closing line on the two beat paths' longest silences."""
+        return ("tfringrun: heartbeats: longest silence of a running rank %.1f s on mpirun's "
+                "output, %.1f s over UDP (--detection-timeout %g)"
+                % (self.longest_gap["output"], self.longest_gap["udp"], timeout))
+
     def silent_hosts(self, now, timeout):
         """Hosts none of whose running ranks (started, not ended) has been
         heard from for more than `timeout` seconds."""

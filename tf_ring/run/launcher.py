@@ -436,11 +436,10 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_fai
             if stop_asked is not None and now - stop_asked > stop_grace:
                 process_tree.kill_tree(proc.pid)
         rc = proc.wait()
-        if silence_timeout and watch:
-            print("tfringrun: heartbeats: longest silence of a running rank %.1f s on mpirun's "
-                  "output, %.1f s over UDP (--detection-timeout %g)" % (
-                      watch.longest_gap["output"], watch.longest_gap["udp"], silence_timeout),
-                  file=sys.stderr)
+        if silence_timeout and watch and watch.started:
+            # Only for a job whose ranks ran: one mpirun that failed to start
+            # (and is started once more) heard no beats to summarise.
+            print(watch.heartbeat_summary(silence_timeout), file=sys.stderr)
         process_tree.kill(stuck_agents)
         if watch and cleanup and not watch.all_started():
             cleanup(sorted(watch.hosts_without_start()), proc.pid)
