@@ -162,9 +162,11 @@ def test_in_process_recovery_adds_ulfm_to_mpirun_and_the_ranks_env(tmp_path):
 def test_ranks_beat_when_a_detection_timeout_is_given():
     """Restart mode and plain jobs with --detection-timeout S: every rank's
     wrapper reports a beat every S / 3.5 s, and the launcher declares a host
-    lost after S s without one. Without the flag, no beat (a saturated link
-    can delay them); in-process mode has Open MPI's detector instead; with
-    --output the launcher cannot read the ranks' stderr."""
+    lost after S s without one. Restart mode beats by default (120 s); a
+    plain job without the flag does not (a saturated link can delay beats,
+    and there a wrongly lost host ends the job); in-process mode has Open
+    MPI's detector instead; with --output the launcher cannot read the
+    ranks' stderr."""
     def wrapper_of(argv):
         args = launcher.parse_args(argv + ["python", "x.py"], environ={})
         cmd = launcher.build_command(args, cores=4)
@@ -173,7 +175,10 @@ def test_ranks_beat_when_a_detection_timeout_is_given():
     for argv in (elastic + ["--detection-timeout", "7"], ["-np", "2", "--detection-timeout", "7"]):
         beat, wrapper = wrapper_of(argv)
         assert beat == 2.0 and "sleep 2 " in wrapper and " beat $r" in wrapper
-    for argv in (elastic, ["-np", "2"], elastic + ["--recovery", "in-process"],
+    beat, wrapper = wrapper_of(elastic)  # restart mode's default
+    assert beat == 120 / 3.5 and " beat $r" in wrapper
+    assert launcher.parse_args(elastic + ["python", "x.py"], environ={}).detection_timeout == 120
+    for argv in (["-np", "2"], elastic + ["--recovery", "in-process"],
                  ["-np", "2", "--detection-timeout", "7", "--mpi-args", "--output-filename /tmp/x"]):
         beat, wrapper = wrapper_of(argv)
         assert beat is None and " beat " not in wrapper

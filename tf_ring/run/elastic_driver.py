@@ -45,12 +45,12 @@ def add_arguments(parser):
     group.add_argument("--detection-timeout", type=float, default=None, metavar="S",
                        help="a host silent for S seconds (its link down, the machine frozen) "
                             "is declared lost. --recovery in-process: Open MPI's heartbeat "
-                            "detector (default 10). Otherwise off unless given: the launcher "
-                            "then hears a beat from every rank's wrapper every S/3.5 s on "
-                            "mpirun's output and a signed UDP beat every 0.5 s (an elastic "
-                            "job restarts without a silent host, a plain one stops naming "
-                            "it); both cross the job's network, so on a saturated link give "
-                            "a minute or more (docs/launching.md)")
+                            "detector (default 10). Otherwise the launcher hears a beat from "
+                            "every rank's wrapper every S/3.5 s on mpirun's output and a "
+                            "signed UDP beat every 0.5 s: an elastic job restarts without a "
+                            "silent host (default 120), a plain one stops naming it (off "
+                            "unless given). Both cross the job's network: on a saturated "
+                            "link give a minute or more (docs/launching.md)")
 
 
 def is_elastic(args):
@@ -69,6 +69,8 @@ def check_arguments(args, error):
         error("elastic runs need --host-discovery-script or a fixed -H/--hostfile list")
     if args.slots_per_host < 1:
         error("--slots-per-host must be at least 1")
+    if args.recovery == "restart" and args.detection_timeout is None:
+        args.detection_timeout = DEFAULT_RESTART_DETECTION_TIMEOUT
     if args.recovery == "in-process":
         args.mpi_args = " ".join([args.mpi_args, *IN_PROCESS_MPI_ARGS,
                                   *detector_arguments(args.detection_timeout or
@@ -85,6 +87,12 @@ IN_PROCESS_MPI_ARGS = ("--with-ft", "ulfm", "--mca", "btl", "tcp,self",
 
 
 DEFAULT_DETECTION_TIMEOUT = 10.0  # in-process mode's (Open MPI's detector)
+# Restart mode's (the launcher's beats). A silent host would otherwise hang
+# the job until TCP gives up (many minutes); a healthy one wrongly declared
+# lost costs a restart without it. On this 2-core VM whole-machine stalls
+# under load silenced every rank for up to 44 s (docs/launching.md): 120 s
+# stays well above that.
+DEFAULT_RESTART_DETECTION_TIMEOUT = 120.0
 
 
 def detector_arguments(timeout):
