@@ -324,3 +324,15 @@ def test_the_heartbeat_summary_is_printed_only_for_a_job_whose_ranks_ran(capfd):
     assert len(summary) == 1, summary
     gap = float(summary[0].split(" s on mpirun's output")[0].rsplit(" ", 1)[1])
     assert 0.5 <= gap < 3, summary  # start to beat: two 0.3 s sleeps
+
+
+def test_a_ranks_end_line_closes_its_last_silence(capfd):
+    """A rank that beat no more before it ended was silent until its end
+    line came: the summary counts that stretch too."""
+    from tf_ring.run import launcher
+    watch = JobWatch(TOKEN, 1, {0: "h0"})
+    script = "echo '%s' >&2; sleep 1.2; echo '%s' >&2" % (
+        status("start", 0, "h0").decode().strip(), status("exit", 0, "0").decode().strip())
+    launcher._run_job(["sh", "-c", script], dict(os.environ), 1, watch, start_timeout=60,
+                      silence_timeout=30)
+    assert 1.1 < watch.longest_gap["output"] < 5, capfd.readouterr().err

@@ -199,8 +199,9 @@ class JobWatch(object):
         self._last_beat[(path, rank)] = now
 
     def _record_locked(self, kind, rank, value):
-        if kind in ("start", "beat"):
-            self._beat_locked("output", int(rank))
+        # Every status line came the way the beats come: an end line closes
+        # the silence since the rank's last beat too.
+        self._beat_locked("output", int(rank))
         if kind == "start":
             self.started[int(rank)] = value
         elif kind != "beat":
