@@ -229,6 +229,9 @@ def child_environment(args, base=None):
     # tf_ring makes no one-sided MPI calls; Open MPI's UCX one-sided
     # component prints a spurious error on machines without UCX hardware.
     env.setdefault("OMPI_MCA_osc", "^ucx")
+    # The libfabric BTL adds 1.0 s to every MPI_Init here (docs/launching.md);
+    # tf_ring's traffic uses the tcp and sm BTLs, NCCL, or the ofi MTL.
+    env.setdefault("OMPI_MCA_btl", "^ofi")
     if os.geteuid() == 0:
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
