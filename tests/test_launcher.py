@@ -326,16 +326,14 @@ def test_tensorflow_logs_are_quieted_unless_the_user_asks_for_them():
 
 def test_the_libfabric_btl_is_left_out_unless_the_user_picks_btls():
     """Open MPI's ofi BTL costs every process 1 s of MPI_Init here; ranks
-    start without it, unless the user's own OMPI_MCA_btl says otherwise
-    (and an --mca btl on mpirun's command line wins over both)."""
+    start without it, unless the user's own OMPI_MCA_btl says otherwise."""
     assert child_env(["-np", "2"])["OMPI_MCA_btl"] == "^ofi"
     assert child_env(["-np", "2"], base={"OMPI_MCA_btl": "self,tcp,ofi"})["OMPI_MCA_btl"] == \
         "self,tcp,ofi"
-    code = ("import os, time; t = time.time(); from mpi4py import MPI; "
-            "print('INIT %.3f' % (time.time() - t), os.environ['OMPI_MCA_btl'], flush=True)")
+    code = "import os; from mpi4py import MPI; print('INIT', os.environ['OMPI_MCA_btl'], flush=True)"
     env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_btl"}
     result = subprocess.run([sys.executable, "-m", "tf_ring.run", "-np", "2", sys.executable,
                              "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     lines = [l.split() for l in result.stdout.splitlines() if l.startswith("INIT")]
-    assert len(lines) == 2 and all(l[2] == "^ofi" for l in lines), result.stdout
+    assert len(lines) == 2 and all(l[1] == "^ofi" for l in lines), result.stdout
