@@ -18,7 +18,7 @@ import threading
 import time
 
 from tf_ring.run import (beats, check_build, cluster_hosts, elastic_driver, elastic_plan,
-                         engine_flags, job_watch, layout, orphan_daemons, process_tree)
+                         engine_flags, job_watch, layout, orphan_daemons, process_tree, warm_spares)
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -135,8 +135,7 @@ def parse_args(argv, environ=None):
         parser.error("--ssh-port %d is not a port number (1-65535)" % args.ssh_port)
     if args.detection_timeout is not None and args.detection_timeout <= 0:
         parser.error("--detection-timeout must be positive")
-    if elastic_driver.is_elastic(args):
-        elastic_driver.check_arguments(args, parser.error)
+    elastic_driver.check_arguments(args, parser.error)
     if args.rsh_agent and os.path.isfile(args.rsh_agent):
         args.rsh_agent = os.path.abspath(args.rsh_agent)  # mpirun may run it from elsewhere
     return args
@@ -188,7 +187,7 @@ def build_command(args, is_root=None, cores=None, environ=None, token="job", udp
     wrapper = (_SHARE_GPU_PREFIX if getattr(args, "share_gpu", False) else "") + job_watch.rank_wrapper(
         token, die_like_the_rank=elastic_driver.in_process(args),
         beat_s=_beat_interval(args), udp_beats_python=sys.executable if udp_beats else None)
-    cmd += ["sh", "-c", wrapper, "tfringrun-rank"] + list(args.command)
+    cmd += ["sh", "-c", wrapper, "tfringrun-rank"] + warm_spares.rank_command(args)
     return cmd
 
 
