@@ -4,7 +4,8 @@ began, after the state's sync), BOOT (when the process began and when
 init() returned) and END lines; the final total is sum(range(30)) however often the
 job was relaunched, if every relaunch resumed from the last commit.
 COUNTER_KILL_RANK_AT / COUNTER_MARKER kill ranks (kill_plan.py); COUNTER_RAISE_RANK_AT=k
-makes the last rank raise an ordinary ValueError at step k."""
+makes the last rank raise an ordinary ValueError at step k; COUNTER_STEP_S: the pause
+between steps (0.15 s)."""
 import os
 import time
 
@@ -23,8 +24,10 @@ STEPS = 30
 pairs = [hvd.ProcessSet(p) for p in ([0, 1], [0, 2], [1, 2])] \
     if os.environ.get("COUNTER_SETS") == "1" else []
 hvd.init(process_sets=pairs or None)
-print("BOOT rank=%d size=%d booted=%.3f initialized=%.3f" % (hvd.rank(), hvd.size(), BOOTED,
-                                                             time.time()), flush=True)
+# warm=1: this rank began as a warm spare (tfringrun --warm-spares), TensorFlow imported ahead
+print("BOOT rank=%d size=%d booted=%.3f initialized=%.3f warm=%s"
+      % (hvd.rank(), hvd.size(), BOOTED, time.time(), os.environ.get("TF_RING_WARM_SPARE", "0")),
+      flush=True)
 state = elastic.ObjectState(step=0, total=0)
 raise_at = int(os.environ.get("COUNTER_RAISE_RANK_AT", "-1"))
 
@@ -48,7 +51,7 @@ def train(state):
         kill_plan.maybe_kill(state.step, hvd.rank(), hvd.size())  # SIGKILL: nothing cleaned up
         if hvd.rank() == hvd.size() - 1 and state.step == raise_at:
             raise ValueError("counter_job: an ordinary bug at step %d" % raise_at)
-        time.sleep(0.15)
+        time.sleep(float(os.environ.get("COUNTER_STEP_S", "0.15")))
         state.commit()
 
 

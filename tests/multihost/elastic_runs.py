@@ -2,6 +2,7 @@
 simulated hosts (1 rank a host, the launcher outside them) and times what
 happened, for tests/multihost/test_elastic_loss.py and
 benchmarks/elastic_recovery.py. Free of pytest."""
+import glob
 import os
 import subprocess
 import sys
@@ -82,7 +83,8 @@ def first(lines, prefix, after=0.0):
     return None, None
 
 
-def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB, recovery="restart", min_np=None):
+def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB, recovery="restart", min_np=None,
+              extra_args=()):
     """Kills the last rank (SIGKILL) at step `kill_at` (or at each step of
     "k1,k2": tests/elastic_jobs/kill_plan.py); returns (rc, lines,
     timings): seconds from the kill to the driver's relaunch, to the new
@@ -93,7 +95,8 @@ def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB, recovery="restart", 
     rc, lines = run_counter(hosts, directory,
                             min_np=hosts.n_hosts - 1 if min_np is None else min_np,
                             job_env={"COUNTER_KILL_RANK_AT": str(kill_at),
-                                     "COUNTER_MARKER": marker}, job=job, recovery=recovery)
+                                     "COUNTER_MARKER": marker}, job=job, recovery=recovery,
+                            extra_args=extra_args)
     timings = {}
     if os.path.exists(marker):
         with open(marker) as f:
@@ -106,3 +109,20 @@ def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB, recovery="restart", 
                    "synced": start and min(start) - killed,
                    "first_step": step and max(step[:hosts.n_hosts - 1]) - killed}
     return rc, lines, timings
+
+
+def ready_spares(hostnames, since):
+    """{host: spare pid} of this test's job (its directory made after `since`), ready ones only."""
+    found = {}
+    for job in glob.glob("/dev/shm/tf_ring-elastic-*/spares"):
+        if os.stat(job).st_mtime < since:
+            continue
+        for host in hostnames:
+            socket_path = os.path.join(job, host, "0.sock")
+            try:
+                if os.path.exists(socket_path):
+                    with open(os.path.join(job, host, "0.pid")) as f:
+                        found[host] = int(f.read())
+            except (OSError, ValueError):
+                pass  # taken by a rank meanwhile
+    return found

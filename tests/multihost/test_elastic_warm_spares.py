@@ -1,0 +1,66 @@
+"""tfringrun --warm-spares on 3 simulated hosts x 1 rank, restart mode, the
+launcher outside them: once every host holds a ready spare (TensorFlow and
+tf_ring imported), simhost2 is killed whole (its rank, its Open MPI daemon
+and its spare). The 2-rank world's ranks must be the spares that waited on
+simhost0 and simhost1 (warm=1, the spares' PIDs), resume from the last
+commit, and end with the total of an uninterrupted run; no spare may
+outlive the job."""
+import os
+import re
+import time
+
+import pytest
+
+from multihost.elastic_runs import UNINTERRUPTED_TOTAL, ready_spares, run_counter, text
+from multihost.simulated_hosts import SimulatedHosts, namespaces_available
+
+AVAILABLE, WHY = namespaces_available()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
+
+
+def spare_processes():
+    done = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if b"warm_spares.py\0spare\0/dev/shm/tf_ring-elastic-" in f.read():
+                    done.append(int(pid))
+        except OSError:
+            pass
+    return done
+
+
+def test_a_host_lost_restarts_the_job_on_the_spares_waiting_on_the_others(tmp_path):
+    before = set(spare_processes())
+    began = time.time() - 1
+    with SimulatedHosts(3) as hosts:
+        killed = {}
+
+        def kill_once_every_host_has_a_spare(line):
+            if killed or not line.startswith("STEP rank=0 size=3 "):
+                return
+            spares = ready_spares(hosts.hostnames, began)
+            if len(spares) == 3:
+                killed.update(spares=spares, at=time.time(), pids=hosts.kill_host("simhost2"))
+
+        # 0.5 s a step: 15 s for 30 steps, time for the spares' imports at low priority.
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={"COUNTER_STEP_S": "0.5"},
+                                on_line=kill_once_every_host_has_a_spare,
+                                extra_args=["--warm-spares"])
+    out, err = text(lines, "out"), text(lines, "err")
+    assert killed, "no host had a ready spare before the job ended: " + err[-3000:]
+    assert killed["spares"]["simhost2"] in killed["pids"]  # the spare went with its host
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "ranks were lost on simhost2 (blacklisted); restarting (restart 1)" in err, err[-5000:]
+    boots = re.findall(r"BOOT rank=(\d) size=2 .* warm=(\d)", out)
+    assert sorted(boots) == [("0", "1"), ("1", "1")], out
+    pids = {int(p) for p in re.findall(r"START rank=\d size=2 step=\d+ pid=(\d+)", out)}
+    assert pids == {killed["spares"]["simhost0"], killed["spares"]["simhost1"]}, (pids, killed)
+    ends = re.findall(r"END rank=(\d) size=2 step=30 total=(\d+)", out)
+    assert sorted(ends) == [("0", str(UNINTERRUPTED_TOTAL)), ("1", str(UNINTERRUPTED_TOTAL))], out
+    resumed = [float(t) for t, _, l in lines if l.startswith("STEP") and "size=2 " in l]
+    print("host lost -> first 2-rank step on warm spares: %.2f s" % (min(resumed) - killed["at"]))
+    deadline = time.time() + 15
+    while set(spare_processes()) - before:
+        assert time.time() < deadline, "spares outlived the job: %s" % (set(spare_processes()) - before)
+        time.sleep(0.2)
