@@ -30,6 +30,8 @@ if action == "raise":
     deep()
 if action == "os_exit":
     os._exit(75)
+print("x" * 4000000)  # more than a pipe holds: the exit's flush takes a while
+print("LAST line, left in the buffer for the exit to flush")
 sys.exit(int(os.environ.get("JOB_CODE", "0")))
 """
 
@@ -80,6 +82,7 @@ def test_the_first_rank_runs_cold_and_the_next_one_is_the_spare_it_left(job):
     assert warm.returncode == 3, warm.stderr
     assert "JOB warm=1 pid=%d argv=['c'] cwd=%s" % (spare_pid, folder) in warm.stdout, warm.stdout
     assert warm.stderr == "to stderr\n"
+    assert warm.stdout.endswith("LAST line, left in the buffer for the exit to flush\n")
     # A spare waits at the lowest priority; the rank it becomes runs as a cold one.
     assert "POLICY %d NICE %d" % (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)) \
         in warm.stdout, warm.stdout

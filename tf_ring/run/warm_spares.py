@@ -47,6 +47,7 @@ IMPORTS_ENV = "TF_RING_SPARE_IMPORTS"  # what a spare imports ahead (comma-separ
 DEFAULT_IMPORTS = "tensorflow,tf_ring"
 IDLE_ENV, DEFAULT_IDLE_S = "TF_RING_SPARE_IDLE_S", 30.0
 HANDED_OVER_S = 10.0  # a spare that does not confirm a hand-over within this is not used
+EXIT_GRACE_S = 30.0  # from a rank's exit code to its process's end
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
                       signal.SIGUSR2)
 
@@ -173,6 +174,14 @@ def _relay(conn):
             break
         said += chunk
     if said.startswith(b"exit "):
+        # As with a cold rank, mpirun sees the rank end when its process has
+        # (the rest of Python's exit: files flushed, modules torn down).
+        conn.settimeout(EXIT_GRACE_S)
+        try:
+            while conn.recv(64):
+                pass
+        except socket.timeout:
+            os.kill(spare_pid, signal.SIGKILL)  # stuck in its exit: end it as mpirun would
         os._exit(int(said.split()[1]))
     # The spare died without a word: of a signal, most likely the one passed on.
     signal.signal(last[0], signal.SIG_DFL)
@@ -199,8 +208,9 @@ def spare(directory, slot):
             sys.modules["tf_ring"]._load_api()  # the ops, their gradients, the native library
     path = os.path.join(directory, slot + ".sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    server.bind(path + ".new")
     server.listen(1)
+    os.rename(path + ".new", path)  # ready when it appears: a connect never meets a bound, deaf one
     idle_s = float(os.environ.get(IDLE_ENV, DEFAULT_IDLE_S))
     last_rank_seen = time.monotonic()
     while True:
@@ -292,6 +302,12 @@ def _become_rank(conn):
     code = [1]
 
     def report(exit_code=None):
+        if exit_code is None:  # at exit: the stand-in ends on the word, and the rank with it
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
         try:
             conn.sendall(b"exit %d\n" % (code[0] if exit_code is None else exit_code))
         except OSError:
@@ -304,7 +320,9 @@ def _become_rank(conn):
 
 
 def _die_with_stand_in(conn):
-    """mpirun's teardown, or a lost host, kills the stand-in: the rank goes too."""
+    """mpirun's teardown, or a lost host, kills the stand-in: the rank goes too.
+    (Python ends this thread once the interpreter's exit has begun; the
+    stand-in then waits for the process to end, up to EXIT_GRACE_S.)"""
     while conn.recv(64):
         pass
     os.kill(os.getpid(), signal.SIGKILL)
