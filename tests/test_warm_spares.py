@@ -4,6 +4,7 @@ rank must not be able to tell, nor the launcher: the command's output,
 working directory, arguments, exit code (also through os._exit), signals,
 and death with its stand-in. Spares here import nothing ahead (the
 multi-host test uses the real imports), so they are ready at once."""
+import argparse
 import os
 import signal
 import subprocess
@@ -188,3 +189,37 @@ def test_the_launcher_wraps_the_command_only_in_an_elastic_restart_job(tmp_path)
         done = subprocess.run([sys.executable, "-m", "tf_ring.run"] + wrong, capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 2 and says in done.stderr, done.stderr
+
+
+def test_seeding_starts_a_hosts_spares_and_waits_until_they_are_ready(tmp_path):
+    """What the driver runs on a host discovery added (spare_seeding): the
+    command carries what the imports read and never a secret, and ends once
+    every slot's spare is ready."""
+    from tf_ring.run import spare_seeding
+    env = dict(os.environ, **{warm_spares.DIR_ENV: str(tmp_path / "spares"),
+                              warm_spares.IMPORTS_ENV: "", warm_spares.IDLE_ENV: "30",
+                              "TF_RING_ELASTIC_SECRET": "s3cret", "TF_RING_BEAT_TOKEN": "t0ken",
+                              "KERAS_BACKEND": "tensorflow", "PYTHONPATH": os.pathsep.join(sys.path)})
+    command = spare_seeding.seed_command(env, slots=2, wait_s=20)
+    assert "s3cret" not in command and "t0ken" not in command
+    assert "KERAS_BACKEND=tensorflow" in command and "TF_RING_SPARE_IMPORTS=''" in command
+    try:
+        ready = spare_seeding.seed_hosts(argparse.Namespace(rsh_agent=None, ssh_port=None), env,
+                                         [("localhost", 2)], sys.stderr, wait_s=20)
+        assert ready == ["localhost"]
+        for slot in ("0", "1"):
+            assert os.path.exists(os.path.join(host_dir(env), slot + ".sock"))
+            assert warm_spares._alive(wait_for_spare(env, slot))
+    finally:
+        subprocess.run(["pkill", "-f", "warm_spares.py spare %s" % (tmp_path / "spares")],
+                       check=False)
+
+
+def test_seeding_reaches_a_host_as_mpirun_would():
+    from tf_ring.run import spare_seeding
+    ssh = argparse.Namespace(rsh_agent=None, ssh_port=2222)
+    assert spare_seeding.remote_argv(ssh, "node7", "cmd") == \
+        ["ssh", "-o", "BatchMode=yes", "-p", "2222", "node7", "cmd"]
+    agent = argparse.Namespace(rsh_agent="/opt/agent --fast", ssh_port=None)
+    assert spare_seeding.remote_argv(agent, "node7", "cmd") == ["/opt/agent", "--fast", "node7", "cmd"]
+    assert spare_seeding.remote_argv(ssh, "localhost", "cmd") == ["sh", "-c", "cmd"]

@@ -64,3 +64,47 @@ def test_a_host_lost_restarts_the_job_on_the_spares_waiting_on_the_others(tmp_pa
     while set(spare_processes()) - before:
         assert time.time() < deadline, "spares outlived the job: %s" % (set(spare_processes()) - before)
         time.sleep(0.2)
+
+
+def test_an_added_host_gets_its_spare_before_the_job_grows_onto_it(tmp_path):
+    """(b) with --warm-spares: discovery lists 2 hosts, then a third. The
+    driver starts the third host's spare through the remote agent and tells
+    rank 0 only once it is ready, so the 3-rank world starts warm on every
+    host (the job trains on at 2 ranks meanwhile) and ends with the total
+    of an uninterrupted run."""
+    listed = tmp_path / "hosts"
+    listed.write_text("simhost0\nsimhost1\n")
+    discovery = tmp_path / "discover.sh"
+    discovery.write_text("#!/bin/sh\ncat %s\n" % listed)
+    discovery.chmod(0o755)
+    before = set(spare_processes())
+    began = time.time() - 1
+    with SimulatedHosts(3) as hosts:
+        added = {}
+
+        def add_a_host_once_the_two_have_spares(line):
+            if not added and line.startswith("STEP rank=0 size=2 ") and \
+                    len(ready_spares(["simhost0", "simhost1"], began)) == 2:
+                added["at"] = time.time()
+                listed.write_text("simhost0\nsimhost1\nsimhost2\n")
+
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={"COUNTER_STEP_S": "0.5"},
+                                on_line=add_a_host_once_the_two_have_spares,
+                                discovery=str(discovery), extra_args=["--warm-spares"])
+    out, err = text(lines, "out"), text(lines, "err")
+    assert added, "the first two hosts had no ready spares before the job ended: " + err[-3000:]
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "tfringrun: warm spares ready on simhost2 after" in err, err[-5000:]
+    assert "elastic world 1: 3 ranks on simhost0:1,simhost1:1,simhost2:1" in err, err[-5000:]
+    boots = re.findall(r"BOOT rank=(\d) size=3 .* warm=(\d)", out)
+    assert sorted(boots) == [("0", "1"), ("1", "1"), ("2", "1")], out
+    ends = re.findall(r"END rank=(\d) size=3 step=30 total=(\d+)", out)
+    assert sorted(ends) == [(str(r), str(UNINTERRUPTED_TOTAL)) for r in range(3)], out
+    grown = min(t for t, _, l in lines if l.startswith("STEP") and "size=3 " in l)
+    last_small = max(t for t, _, l in lines if l.startswith("STEP") and "size=2 " in l)
+    print("host added -> first 3-rank step %.1f s; training paused %.2f s"
+          % (grown - added["at"], grown - last_small))
+    deadline = time.time() + 15
+    while set(spare_processes()) - before:
+        assert time.time() < deadline, "spares outlived the job: %s" % (set(spare_processes()) - before)
+        time.sleep(0.2)

@@ -15,7 +15,7 @@ from tf_ring.elastic import notices
 from tf_ring.elastic.errors import HostUpdateResult
 from tf_ring.run import discovery
 from tf_ring.run import elastic_plan
-from tf_ring.run import warm_spares
+from tf_ring.run import spare_seeding, warm_spares
 from tf_ring.run.elastic_plan import (EXIT_HOSTS_UPDATED, BelowMinimum, added_slots,
                                       hosts_argument, plan_world)
 
@@ -182,7 +182,7 @@ class Driver:
             notices.clear_notices(path)
             stop = threading.Event()
             poller = threading.Thread(target=self._watch_for_gain, daemon=True,
-                                      args=(chosen, path, secret, stop))
+                                      args=(chosen, path, secret, stop, env))
             poller.start()
             try:
                 rc, lost = self.launch(world, env)
@@ -225,8 +225,9 @@ class Driver:
             return "hosts were added (after ranks were lost: %d of %d left)" % (shrunk, np)
         return "hosts were added"
 
-    def _watch_for_gain(self, chosen, path, secret, stop):
-        """Polls discovery while a world runs; one notice per new offer."""
+    def _watch_for_gain(self, chosen, path, secret, stop, env):
+        """Polls discovery while a world runs; one notice per new offer
+        (with --warm-spares, once the added hosts' spares are ready)."""
         told = False
         while not stop.wait(POLL_S):
             try:
@@ -236,5 +237,12 @@ class Driver:
                 continue
             world_full = self.args.max_np is not None and sum(s for _, s in chosen) >= self.args.max_np
             if not told and not world_full and added_slots(chosen, found, self.blacklist):
+                if getattr(self.args, "warm_spares", False):
+                    before = dict(chosen)
+                    spare_seeding.seed_hosts(self.args, env, [
+                        (h, s) for h, s in self.blacklist.usable(found) if s > before.get(h, 0)],
+                        self.out)
+                    if stop.is_set():
+                        return  # the world ended meanwhile; the next one sees the hosts
                 notices.write_notice(path, secret, time.time(), HostUpdateResult.added)
                 told = True

@@ -23,6 +23,7 @@ seconds): so it also leaves a host whose directory the launcher cannot remove.
 
     python warm_spares.py stand-in -- COMMAND...   # mpirun's rank command
     python warm_spares.py spare DIRECTORY SLOT     # started by a stand-in
+    python warm_spares.py seed BASE SLOTS WAIT_S   # spares on an added host
 """
 import array
 import atexit
@@ -187,6 +188,24 @@ def _relay(conn):
     signal.signal(last[0], signal.SIG_DFL)
     os.kill(os.getpid(), last[0])
     os._exit(128 + last[0])
+
+
+# ---- seeding: spares on a host before any rank runs there ----
+
+def seed(base, slots, wait_s):
+    """Starts a spare for each of `slots` slots on this host (tfringrun runs
+    it through the remote agent on a host discovery added); 0 once every one
+    is ready, 1 if they are not within wait_s seconds."""
+    directory = host_directory(base)
+    os.makedirs(os.path.join(directory, "ranks"), mode=0o700, exist_ok=True)
+    for slot in range(slots):
+        _ensure_spare(directory, str(slot))
+    deadline = time.monotonic() + wait_s
+    while not all(os.path.exists(os.path.join(directory, "%d.sock" % s)) for s in range(slots)):
+        if time.monotonic() > deadline:
+            return 1
+        time.sleep(0.1)
+    return 0
 
 
 # ---- the spare ----
@@ -365,5 +384,7 @@ if __name__ == "__main__":
         stand_in(sys.argv[3:] if sys.argv[2:3] == ["--"] else sys.argv[2:])
     elif sys.argv[1:2] == ["spare"]:
         sys.exit(spare(sys.argv[2], sys.argv[3]))
+    elif sys.argv[1:2] == ["seed"]:
+        sys.exit(seed(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
     else:
         sys.exit(__doc__)
