@@ -3,18 +3,20 @@ docs/elastic.md): 3 simulated hosts x 1 rank, --recovery restart, the
 launcher outside them, tests/elastic_jobs/counter_job.py at 0.5 s a step.
 At rank 0's first step on or after step 12 at which every host holds a
 ready spare (at once when the run has none), either the last rank's process
-is SIGKILLed or its whole host is killed (its rank, its Open MPI daemon and
-its spare). Prints, per run, the seconds from the kill to the driver's
+is SIGKILLed, or its whole host is killed (its rank, its Open MPI daemon and
+its spare), or its host's link goes down silently (with --detection-timeout
+5 in both runs: "silent"). Prints, per run, the seconds from the kill to the driver's
 relaunch on the 2 hosts left, to the 2-rank world's START (processes
 started, TensorFlow imported, init, state synced from the mirror) and to
 its first finished step; and the first world's launch -> ranks initialized,
 which the spares' imports beside it may slow.
 
-    python benchmarks/elastic_warm_restart.py [--repeats 3]   # as root
+    python benchmarks/elastic_warm_restart.py [--repeats 3] [--kill rank host silent]   # as root
 """
 import argparse
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +45,8 @@ def one_run(warm, what):
             killed["at"] = time.time()
             if what == "host":
                 hosts.kill_host("simhost2")
+            elif what == "silent":
+                subprocess.run(["ip", "link", "set", hosts.netns("simhost2"), "down"], check=True)
             else:
                 os.kill(rank_pids["2"], 9)
 
@@ -55,7 +59,8 @@ def one_run(warm, what):
             kill(line)
 
         rc, lines = run_counter(hosts, tmp, min_np=2, job_env={"COUNTER_STEP_S": "0.5"},
-                                on_line=on_line, extra_args=["--warm-spares"] if warm else [])
+                                on_line=on_line, extra_args=(["--warm-spares"] if warm else []) +
+                                (["--detection-timeout", "5"] if what == "silent" else []))
     out = text(lines, "out")
     right = rc == 0 and out.count("total=%d" % UNINTERRUPTED_TOTAL) == 2 and bool(killed)
     if not right:
@@ -79,6 +84,8 @@ def one_run(warm, what):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--kill", nargs="+", choices=("rank", "host", "silent"),
+                        default=["rank", "host", "silent"])
     args = parser.parse_args()
     ok, why = namespaces_available()
     if not ok:
@@ -88,7 +95,7 @@ def main():
           "warm ranks after |")
     print("|---|---|---|---|---|---|---|---|")
     for run in range(args.repeats):
-        for what in ("rank", "host"):
+        for what in args.kill:
             for warm in (False, True):  # side by side, so both see the same machine
                 row = one_run(warm, what)
                 if row is None:
