@@ -227,6 +227,10 @@ def spare(directory, slot):
             sys.modules["tf_ring"]._load_api()  # the ops, their gradients, the native library
     path = os.path.join(directory, slot + ".sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.remove(path + ".new")  # left by a spare of this slot killed right here
+    except FileNotFoundError:
+        pass
     server.bind(path + ".new")
     server.listen(1)
     os.rename(path + ".new", path)  # ready when it appears: a connect never meets a bound, deaf one
