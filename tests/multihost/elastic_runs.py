@@ -111,18 +111,19 @@ def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB, recovery="restart", 
     return rc, lines, timings
 
 
-def ready_spares(hostnames, since):
-    """{host: spare pid} of this test's job (its directory made after `since`), ready ones only."""
+def ready_spares(hostnames, since, slots=1):
+    """{(host, slot): spare pid} of this test's job (its directory made after
+    `since`), ready ones only."""
     found = {}
     for job in glob.glob("/dev/shm/tf_ring-elastic-*/spares"):
         if os.stat(job).st_mtime < since:
             continue
         for host in hostnames:
-            socket_path = os.path.join(job, host, "0.sock")
-            try:
-                if os.path.exists(socket_path):
-                    with open(os.path.join(job, host, "0.pid")) as f:
-                        found[host] = int(f.read())
-            except (OSError, ValueError):
-                pass  # taken by a rank meanwhile
+            for slot in range(slots):
+                try:
+                    if os.path.exists(os.path.join(job, host, "%d.sock" % slot)):
+                        with open(os.path.join(job, host, "%d.pid" % slot)) as f:
+                            found[(host, slot)] = int(f.read())
+                except (OSError, ValueError):
+                    pass  # taken by a rank meanwhile
     return found

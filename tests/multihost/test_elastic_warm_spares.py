@@ -1,10 +1,11 @@
-"""tfringrun --warm-spares on 3 simulated hosts x 1 rank, restart mode, the
-launcher outside them: once every host holds a ready spare (TensorFlow and
-tf_ring imported), simhost2 is killed whole (its rank, its Open MPI daemon
-and its spare). The 2-rank world's ranks must be the spares that waited on
-simhost0 and simhost1 (warm=1, the spares' PIDs), resume from the last
+"""tfringrun --warm-spares on simulated hosts, restart mode, the launcher
+outside them: once every slot holds a ready spare (TensorFlow and tf_ring
+imported), the last host is killed whole (its ranks, its Open MPI daemon
+and its spares). The 2-rank world's ranks must be the spares that waited
+on the other hosts' slots (warm=1, the spares' PIDs), resume from the last
 commit, and end with the total of an uninterrupted run; no spare may
-outlive the job."""
+outlive the job. And a host the discovery script adds gets its spare
+before the job grows onto it."""
 import os
 import re
 import time
@@ -30,32 +31,39 @@ def spare_processes():
     return done
 
 
-def test_a_host_lost_restarts_the_job_on_the_spares_waiting_on_the_others(tmp_path):
+@pytest.mark.parametrize("n_hosts,per_host", [(3, 1), (2, 2)])
+def test_a_host_lost_restarts_the_job_on_the_spares_waiting_on_the_others(tmp_path, n_hosts,
+                                                                          per_host):
+    """3 hosts x 1 rank -> 2 x 1; and 2 hosts x 2 ranks -> 1 x 2, where each
+    of the survivor's two local slots has its own spare."""
     before = set(spare_processes())
     began = time.time() - 1
-    with SimulatedHosts(3) as hosts:
+    lost = "simhost%d" % (n_hosts - 1)
+    with SimulatedHosts(n_hosts) as hosts:
         killed = {}
 
-        def kill_once_every_host_has_a_spare(line):
-            if killed or not line.startswith("STEP rank=0 size=3 "):
+        def kill_once_every_slot_has_a_spare(line):
+            if killed or not line.startswith("STEP rank=0 size=%d " % (n_hosts * per_host)):
                 return
-            spares = ready_spares(hosts.hostnames, began)
-            if len(spares) == 3:
-                killed.update(spares=spares, at=time.time(), pids=hosts.kill_host("simhost2"))
+            spares = ready_spares(hosts.hostnames, began, per_host)
+            if len(spares) == n_hosts * per_host:
+                killed.update(spares=spares, at=time.time(), pids=hosts.kill_host(lost))
 
         # 0.5 s a step: 15 s for 30 steps, time for the spares' imports at low priority.
         rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={"COUNTER_STEP_S": "0.5"},
-                                on_line=kill_once_every_host_has_a_spare,
+                                on_line=kill_once_every_slot_has_a_spare, ranks_per_host=per_host,
                                 extra_args=["--warm-spares"])
     out, err = text(lines, "out"), text(lines, "err")
     assert killed, "no host had a ready spare before the job ended: " + err[-3000:]
-    assert killed["spares"]["simhost2"] in killed["pids"]  # the spare went with its host
+    assert all(pid in killed["pids"] for (host, _), pid in killed["spares"].items()
+               if host == lost)  # the spares went with their host
     assert rc == 0, out[-3000:] + err[-5000:]
-    assert "ranks were lost on simhost2 (blacklisted); restarting (restart 1)" in err, err[-5000:]
+    assert "ranks were lost on %s (blacklisted); restarting (restart 1)" % lost in err, err[-5000:]
     boots = re.findall(r"BOOT rank=(\d) size=2 .* warm=(\d)", out)
     assert sorted(boots) == [("0", "1"), ("1", "1")], out
     pids = {int(p) for p in re.findall(r"START rank=\d size=2 step=\d+ pid=(\d+)", out)}
-    assert pids == {killed["spares"]["simhost0"], killed["spares"]["simhost1"]}, (pids, killed)
+    assert pids == {pid for (host, _), pid in killed["spares"].items() if host != lost}, \
+        (pids, killed)
     ends = re.findall(r"END rank=(\d) size=2 step=30 total=(\d+)", out)
     assert sorted(ends) == [("0", str(UNINTERRUPTED_TOTAL)), ("1", str(UNINTERRUPTED_TOTAL))], out
     resumed = [float(t) for t, _, l in lines if l.startswith("STEP") and "size=2 " in l]
