@@ -70,7 +70,7 @@ def check_arguments(args, error):
             error("--warm-spares speeds up an elastic job's restarts: give --min-np or "
                   "--host-discovery-script too")
         return
-    if args.warm_spares and args.recovery == "in-process":
+    if getattr(args, "warm_spares", False) and args.recovery == "in-process":
         error("--warm-spares is for --recovery restart: in-process recovery keeps the "
               "survivors' processes, and a restart there happens only to grow")
     if args.min_np is None:
