@@ -34,7 +34,7 @@ KILL_FROM_STEP = 12
 def one_run(warm, what):
     began = time.time() - 1
     with SimulatedHosts(3) as hosts, tempfile.TemporaryDirectory() as tmp:
-        killed = {}
+        killed, rank_pids = {}, {}
 
         def kill(line):
             step = re.match(r"STEP rank=0 size=3 step=(\d+) ", line)
@@ -49,8 +49,6 @@ def one_run(warm, what):
                 subprocess.run(["ip", "link", "set", hosts.netns("simhost2"), "down"], check=True)
             else:
                 os.kill(rank_pids["2"], 9)
-
-        rank_pids = {}
 
         def on_line(line):
             started = re.match(r"START rank=(\d) size=3 step=\d+ pid=(\d+)", line)

@@ -15,7 +15,7 @@ import pytest
 
 from tf_ring.run import launcher, warm_spares
 
-SCRIPT = warm_spares.__file__.replace(".pyc", ".py")
+SCRIPT = warm_spares.SCRIPT
 JOB = """import os, sys, time
 import neighbour  # found beside the script, as a cold start finds it
 print("JOB warm=%s pid=%d argv=%s cwd=%s" % (os.environ.get("TF_RING_WARM_SPARE"), os.getpid(),
@@ -179,7 +179,7 @@ def test_the_launcher_wraps_the_command_only_in_an_elastic_restart_job(tmp_path)
     base = ["-np", "2", "--min-np", "1", "-H", "a:1,b:1"]
     args = launcher.parse_args(base + ["--warm-spares", "python", "t.py"])
     cmd = launcher.build_command(args, is_root=False, cores=2, environ={})
-    assert cmd[-6:] == [sys.executable, os.path.abspath(SCRIPT), "stand-in", "--", "python", "t.py"]
+    assert cmd[-6:] == [sys.executable, SCRIPT, "stand-in", "--", "python", "t.py"]
     plain = launcher.build_command(launcher.parse_args(base + ["python", "t.py"]), is_root=False,
                                    cores=2, environ={})
     assert plain[-2:] == ["python", "t.py"] and "stand-in" not in plain

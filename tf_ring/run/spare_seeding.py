@@ -9,7 +9,6 @@ job trains on at its old size meanwhile, and grows warm. Spares that are
 not ready within SEED_WAIT_S seconds leave the growth cold, as without
 the flag.
 """
-import os
 import shlex
 import socket
 import subprocess
@@ -32,7 +31,7 @@ def seed_command(env, slots, wait_s=SEED_WAIT_S):
                   if k.startswith(_SEED_PREFIXES) and "SECRET" not in k and "TOKEN" not in k)
     return "env %s %s %s seed %s %d %g" % (
         " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in kept), shlex.quote(sys.executable),
-        shlex.quote(os.path.abspath(warm_spares.__file__).replace(".pyc", ".py")),
+        shlex.quote(warm_spares.SCRIPT),
         shlex.quote(env[warm_spares.DIR_ENV]), slots, wait_s)
 
 

@@ -49,6 +49,7 @@ DEFAULT_IMPORTS = "tensorflow,tf_ring"
 IDLE_ENV, DEFAULT_IDLE_S = "TF_RING_SPARE_IDLE_S", 30.0
 HANDED_OVER_S = 10.0  # a spare that does not confirm a hand-over within this is not used
 EXIT_GRACE_S = 30.0  # from a rank's exit code to its process's end
+SCRIPT = os.path.abspath(__file__)  # run by path: no package import on a rank's start
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
                       signal.SIGUSR2)
 
@@ -57,7 +58,7 @@ def rank_command(args):
     """The argv mpirun runs for each rank (inside the rank wrapper)."""
     if not getattr(args, "warm_spares", False):
         return list(args.command)
-    return [sys.executable, os.path.abspath(__file__), "stand-in", "--"] + list(args.command)
+    return [sys.executable, SCRIPT, "stand-in", "--"] + list(args.command)
 
 
 def host_directory(base):
@@ -71,7 +72,7 @@ def runnable_target(argv, interpreter=sys.executable):
     if not found or os.path.dirname(os.path.abspath(found)) != os.path.dirname(interpreter) \
             or os.path.realpath(found) != os.path.realpath(interpreter):
         return None
-    rest = [a for a in argv[1:]]
+    rest = list(argv[1:])
     while rest and rest[0] == "-u":  # unbuffered: a spare's output is line-buffered anyway
         rest.pop(0)
     if len(rest) >= 2 and rest[0] == "-m":
@@ -135,7 +136,7 @@ def _ensure_spare(directory, slot):
     except (OSError, ValueError):
         pass
     with open(os.path.join(directory, slot + ".log"), "ab") as log:
-        spare = subprocess.Popen([sys.executable, os.path.abspath(__file__), "spare", directory, slot],
+        spare = subprocess.Popen([sys.executable, SCRIPT, "spare", directory, slot],
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True,
                                  # Its own process group, out of the world's teardown; but
                                  # the ranks' session, where its low priority counts
@@ -376,7 +377,7 @@ def _run_target(kind, name, arguments):
         return 1
     except BaseException as e:  # noqa: B902  (what the interpreter would print)
         tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__) \
+        while tb is not None and tb.tb_frame.f_code.co_filename in (SCRIPT, runpy.__file__) \
                 or tb is not None and tb.tb_frame.f_code.co_filename.startswith("<frozen runpy"):
             tb = tb.tb_next  # the user's frames only, as a cold start shows them
         sys.excepthook(type(e), e.with_traceback(tb), tb)
