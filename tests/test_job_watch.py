@@ -273,6 +273,49 @@ def test_an_elastic_world_whose_mpirun_did_not_start_is_started_again_not_judged
     assert outcomes == []
 
 
+def test_an_elastic_world_whose_daemon_did_not_start_is_started_again_before_blaming_the_host(
+        monkeypatch, capsys):
+    """A daemon exiting during its start-up, before any rank ran (exit 213,
+    seen in CI on a restart): the world starts once more instead of losing
+    that host to the blacklist. A host whose daemon fails both starts is lost;
+    a plain job does not retry, it names the host at once."""
+    from tf_ring.run import launcher
+    said = (b"A daemon failed to report back after being spawned.\n  Local host:    vm\n"
+            b"  Remote host:   h0\n  Daemon exit status: 213\n")
+    world = launcher.parse_args(["-np", "2", "-H", "h0:1,h1:1", "true"])
+    outcomes = []
+
+    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup, say_failed=True, finished=None,
+                     silence_timeout=None):
+        if outcomes.pop(0) == "no daemon":
+            pump(watch, [said])
+            return 213
+        pump(watch, [status("start", r, 0) for r in range(np)] + [status("exit", r, 0) for r in range(np)])
+        return 0
+
+    monkeypatch.setattr(launcher, "_run_job", fake_run_job)
+    outcomes[:] = ["no daemon", "runs"]
+    assert launcher._run_world(world, {}, TOKEN, cleanup=None) == (0, set())
+    err = capsys.readouterr().err
+    assert "daemon on h0 exited while starting" in err and "starting this world once more" in err
+
+    outcomes[:] = ["no daemon", "no daemon"]
+    rc, lost = launcher._run_world(world, {}, TOKEN, cleanup=None)
+    assert rc != 0 and lost == {"h0"}
+    assert outcomes == []
+
+    runs = []
+
+    def plain_run_job(cmd, env, np, watch, start_timeout, cleanup, silence_timeout=None):
+        runs.append(watch)
+        pump(watch, [said])
+        return 213
+
+    monkeypatch.setattr(launcher, "_run_job", plain_run_job)
+    assert launcher.main(["-np", "2", "-H", "h0:1,h1:1", "true"]) == 213
+    assert len(runs) == 1
+
+
 PROBE_NOISE = (
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
     b"I0000 00:00:1795529305.062178    7328 cudart_stub.cc:31] Could not find cuda drivers on "

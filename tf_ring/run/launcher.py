@@ -18,7 +18,8 @@ import threading
 import time
 
 from tf_ring.run import (beats, check_build, cluster_hosts, elastic_driver, elastic_plan,
-                         engine_flags, job_watch, layout, orphan_daemons, process_tree, warm_spares)
+                         engine_flags, job_watch, layout, orphan_daemons, process_tree, start_retry,
+                         warm_spares)
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -283,7 +284,7 @@ def main(argv=None):
                       silence_timeout=args.detection_timeout if _beat_interval(args) else None)
         return rc, watch, rc
 
-    return _once_more_if_mpirun_did_not_start(start_job, "the job")
+    return start_retry.once_more_if_nothing_started(start_job, "the job")
 
 
 def _hear_udp_beats(listener, watch):
@@ -294,14 +295,15 @@ def _hear_udp_beats(listener, watch):
 def _run_world(world, env, token, cleanup, listener=None):
     """One elastic world: (rc, hosts whose ranks died outright); the rules
     are elastic_plan.judge_world's."""
-    return _once_more_if_mpirun_did_not_start(
-        functools.partial(_start_world, world, env, token, cleanup, listener), "this world")
+    return start_retry.once_more_if_nothing_started(
+        functools.partial(_start_world, world, env, token, cleanup, listener), "this world",
+        daemons_too=True)
 
 
 def _start_world(world, env, token, cleanup, listener, may_retry):
     """Runs one world once: (what _run_world returns, its watch, mpirun's
-    code). Not judged when mpirun could not start and may be retried: every
-    host would look lost, be blacklisted, and the job end (seen in CI)."""
+    code). Not judged when the start failed transiently and may be retried
+    (start_retry): hosts would look lost, be blacklisted, and the job end."""
     # main() made the listener only when the job beats (every world alike).
     cmd = build_command(world, environ=env, token=token, udp_beats=listener is not None)
     planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
@@ -318,9 +320,9 @@ def _start_world(world, env, token, cleanup, listener, may_retry):
     silence = world.detection_timeout if _beat_interval(world) else None
     rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup, say_failed=False,
                   finished=finished, silence_timeout=silence)
-    if _mpirun_failed_to_start_itself(watch):
-        if may_retry:
-            return None, watch, rc
+    if may_retry and rc != 0 and start_retry.why_nothing_started(watch, daemons_too=True):
+        return None, watch, rc  # judged after the second start
+    if start_retry.mpirun_failed_to_start_itself(watch):
         _say_failed(rc or 1)  # twice: an ordinary failure, no host to blame
         return (rc or 1, set()), watch, rc
     if finished is not None:
@@ -335,28 +337,6 @@ def _start_world(world, env, token, cleanup, listener, may_retry):
     if judged_rc not in (0, elastic_plan.EXIT_HOSTS_UPDATED) and not lost:
         _say_failed(judged_rc)
     return (judged_rc, lost), watch, rc
-
-
-# Open MPI's launcher sometimes cannot start its PMIx server at all (seen
-# rarely in CI); nothing of the job ran, so starting it again is safe.
-_PMIX_START_FAILURE = b"PMIx server's listener thread failed to start"
-
-
-def _mpirun_failed_to_start_itself(watch):
-    return watch is not None and not watch.started and watch.mpirun_said(_PMIX_START_FAILURE)
-
-
-def _once_more_if_mpirun_did_not_start(start, what):
-    """start(may_retry) -> (result, watch, mpirun's code); called once more
-    when that mpirun failed to start itself, since nothing of the job ran.
-    Returns the result."""
-    result, watch, rc = start(True)
-    if rc != 0 and _mpirun_failed_to_start_itself(watch):
-        print("tfringrun: mpirun's own PMIx server failed to start before any rank ran "
-              "(a transient Open MPI start-up failure); starting %s once more" % what, file=sys.stderr)
-        time.sleep(1.0)  # let the failed mpirun's session directory go
-        result, watch, rc = start(False)
-    return result
 
 
 # Signals that stop the job: the launcher passes them on to mpirun, which
