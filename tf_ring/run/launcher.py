@@ -18,8 +18,8 @@ import threading
 import time
 
 from tf_ring.run import (beats, check_build, cluster_hosts, elastic_driver, elastic_plan,
-                         engine_flags, job_watch, layout, orphan_daemons, process_tree, start_retry,
-                         warm_spares)
+                         engine_flags, job_watch, layout, orphan_daemons, process_tree, session_dirs,
+                         start_retry, warm_spares)
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -184,6 +184,7 @@ def build_command(args, is_root=None, cores=None, environ=None, token="job", udp
         cmd.append("--oversubscribe")
     cmd += ["--bind-to", args.bind_to]
     cmd += _network_arguments(args)
+    cmd += session_dirs.mpirun_arguments(token, args.mpi_args, os.environ)
     cmd += shlex.split(args.mpi_args)
     wrapper = (_SHARE_GPU_PREFIX if getattr(args, "share_gpu", False) else "") + job_watch.rank_wrapper(
         token, die_like_the_rank=elastic_driver.in_process(args),
@@ -269,9 +270,16 @@ def main(argv=None):
         _print_plan(args, cmd)
     cleanup = functools.partial(orphan_daemons.stop_orphaned_daemons,
                                 rsh_agent=args.rsh_agent, ssh_port=args.ssh_port)
-    if elastic_driver.is_elastic(args):
-        return elastic_driver.Driver(args, env, functools.partial(
-            _run_world, token=token, cleanup=cleanup, listener=listener)).run()
+    try:
+        if elastic_driver.is_elastic(args):
+            return elastic_driver.Driver(args, env, functools.partial(
+                _run_world, token=token, cleanup=cleanup, listener=listener)).run()
+        return _run_plain(args, env, cmd, token, cleanup, listener)
+    finally:
+        session_dirs.remove(token)  # mpirun has ended: its daemons' directories here go too
+
+
+def _run_plain(args, env, cmd, token, cleanup, listener):
 
     def start_job(may_retry):
         watch = None

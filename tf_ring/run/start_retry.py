@@ -1,17 +1,22 @@
 """Starting mpirun once more when its start failed before any rank ran.
 
-Two start-up failures of Open MPI's runtime are transient, and nothing of
-the job had run when they happened, so a second start is safe:
+Two start-up failures of Open MPI's runtime happen before any rank runs,
+so a second start is safe:
 
-- mpirun's own PMIx server did not start (seen rarely in CI), for any job;
+- mpirun's own PMIx server did not start ("listener thread failed to
+  start"), for any job;
 - a daemon on one host exited during its own start-up (`Daemon exit status:
-  213`, PRRTE's "already reported" error code, with its message lost because
-  the daemon had detached), seen in CI when an elastic world started right
-  after the last one ended. Judged as is, that host would look lost and be
-  blacklisted; with two hosts left the job would end. Only elastic worlds
-  retry this one: there a host blamed wrongly costs the job a host, while a
-  plain job fails at once naming the host, and a real dead host fails the
-  second start too.
+  213`: the same PMIx failure, its message lost because the daemon had
+  detached), seen in CI when an elastic world started right after the last
+  one ended. Judged as is, that host would look lost and be blacklisted;
+  with two hosts left the job would end. Only elastic worlds retry this
+  one: there a host blamed wrongly costs the job a host, while a plain job
+  fails at once naming the host, and a real dead host fails the second
+  start too.
+
+The cause seen in CI was stale session directories at the daemon's pid,
+which session_dirs now rules out for tfringrun's jobs; the retry stays for
+any other transient cause.
 """
 import sys
 import time

