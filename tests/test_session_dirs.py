@@ -12,6 +12,7 @@ import pytest
 from tf_ring.run import check_build, launcher, session_dirs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_BASE = os.environ.get("TMPDIR") or "/tmp"  # where a plain mpirun keeps them
 
 
 def command(argv, environ=None):
@@ -39,7 +40,7 @@ def _leftover_of_a_killed_mpirun():
     proc = subprocess.Popen([mpirun, "--allow-run-as-root", "-np", "1", "sleep", "60"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    left = "/tmp/ompi.%d" % proc.pid
+    left = os.path.join(DEFAULT_BASE, "ompi.%d" % proc.pid)
     deadline = time.time() + 30
     while not any(n.startswith("pmix.") for n in (os.listdir(left) if os.path.isdir(left) else [])):
         assert time.time() < deadline, "mpirun made no session directory at %s" % left
@@ -63,7 +64,7 @@ def stale_dirs_at_the_next_pids():
     planted = []
     try:
         for pid in _next_pids(400):
-            target = "/tmp/ompi.%d" % pid
+            target = os.path.join(DEFAULT_BASE, "ompi.%d" % pid)
             if not os.path.exists(target):
                 shutil.copytree(left, target, symlinks=True)
                 planted.append(target)
