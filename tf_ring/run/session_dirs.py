@@ -8,9 +8,10 @@ them, and its PMIx server cannot start: mpirun says "The PMIx server's
 listener thread failed to start", a remote daemon exits with status 213
 and mpirun "failed to report back". Pids repeat within 32768 on many
 machines, so the more a machine's /tmp gathers, the likelier a start fails:
-with 545 leftovers here, 1-2 % of back-to-back starts on three simulated
-hosts failed this way; with copies of a leftover planted at the next 6000
-pids, 40 of 40 did. None of 480 starts with a base of their own did.
+with 576 leftovers here, 5 of 300 tfringrun jobs on three simulated hosts
+hit one on the shared default base, none of 300 on a base of their own;
+with copies of a leftover planted at the next pids, every plain mpirun
+start fails (docs/launching.md, tests/test_session_dirs.py).
 
 So each job's daemons keep their directories under /tmp/tfringrun-<token>,
 which no other job's leftovers can share. /tmp rather than $TMPDIR: the
