@@ -244,6 +244,25 @@ def test_a_pmix_start_failure_before_any_rank_is_retried_once(monkeypatch, capsy
     assert len(runs) == 1
 
 
+def fake_elastic_worlds(monkeypatch, said_when_not_started):
+    """Stands in for mpirun under launcher._run_world: each start pops an
+    outcome from the returned list, "no start" (mpirun prints
+    `said_when_not_started`, exits 213) or "runs" (every rank ends cleanly)."""
+    from tf_ring.run import launcher
+    outcomes = []
+
+    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup, say_failed=True, finished=None,
+                     silence_timeout=None):
+        if outcomes.pop(0) == "no start":
+            pump(watch, [said_when_not_started])
+            return 213
+        pump(watch, [status("start", r, 0) for r in range(np)] + [status("exit", r, 0) for r in range(np)])
+        return 0
+
+    monkeypatch.setattr(launcher, "_run_job", fake_run_job)
+    return launcher.parse_args(["-np", "2", "-H", "h0:1,h1:1", "true"]), outcomes
+
+
 def test_an_elastic_world_whose_mpirun_did_not_start_is_started_again_not_judged(monkeypatch, capsys):
     """The same start-up failure in an elastic world: started once more
     instead of judged, which would call every host lost, blacklist them all
@@ -251,18 +270,7 @@ def test_an_elastic_world_whose_mpirun_did_not_start_is_started_again_not_judged
     ordinary failure that blames no host."""
     from tf_ring.run import launcher
     said = b"The PMIx server's listener thread failed to start. We cannot\ncontinue.\n"
-    world = launcher.parse_args(["-np", "2", "-H", "h0:1,h1:1", "true"])
-    outcomes = []
-
-    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup, say_failed=True, finished=None,
-                     silence_timeout=None):
-        if outcomes.pop(0) == "no start":
-            pump(watch, [said])
-            return 213
-        pump(watch, [status("start", r, 0) for r in range(np)] + [status("exit", r, 0) for r in range(np)])
-        return 0
-
-    monkeypatch.setattr(launcher, "_run_job", fake_run_job)
+    world, outcomes = fake_elastic_worlds(monkeypatch, said)
     outcomes[:] = ["no start", "runs"]
     assert launcher._run_world(world, {}, TOKEN, cleanup=None) == (0, set())
     assert "starting this world once more" in capsys.readouterr().err
@@ -282,24 +290,13 @@ def test_an_elastic_world_whose_daemon_did_not_start_is_started_again_before_bla
     from tf_ring.run import launcher
     said = (b"A daemon failed to report back after being spawned.\n  Local host:    vm\n"
             b"  Remote host:   h0\n  Daemon exit status: 213\n")
-    world = launcher.parse_args(["-np", "2", "-H", "h0:1,h1:1", "true"])
-    outcomes = []
-
-    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup, say_failed=True, finished=None,
-                     silence_timeout=None):
-        if outcomes.pop(0) == "no daemon":
-            pump(watch, [said])
-            return 213
-        pump(watch, [status("start", r, 0) for r in range(np)] + [status("exit", r, 0) for r in range(np)])
-        return 0
-
-    monkeypatch.setattr(launcher, "_run_job", fake_run_job)
-    outcomes[:] = ["no daemon", "runs"]
+    world, outcomes = fake_elastic_worlds(monkeypatch, said)
+    outcomes[:] = ["no start", "runs"]
     assert launcher._run_world(world, {}, TOKEN, cleanup=None) == (0, set())
     err = capsys.readouterr().err
     assert "daemon on h0 exited while starting" in err and "starting this world once more" in err
 
-    outcomes[:] = ["no daemon", "no daemon"]
+    outcomes[:] = ["no start", "no start"]
     rc, lost = launcher._run_world(world, {}, TOKEN, cleanup=None)
     assert rc != 0 and lost == {"h0"}
     assert outcomes == []

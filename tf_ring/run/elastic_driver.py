@@ -236,12 +236,10 @@ class Driver:
                 print("tfringrun: %s (ignored while the job runs)" % e, file=self.out)
                 continue
             world_full = self.args.max_np is not None and sum(s for _, s in chosen) >= self.args.max_np
-            if not told and not world_full and added_slots(chosen, found, self.blacklist):
+            grown = [] if told or world_full else added_slots(chosen, found, self.blacklist)
+            if grown:
                 if getattr(self.args, "warm_spares", False):
-                    before = dict(chosen)
-                    spare_seeding.seed_hosts(self.args, env, [
-                        (h, s) for h, s in self.blacklist.usable(found) if s > before.get(h, 0)],
-                        self.out)
+                    spare_seeding.seed_hosts(self.args, env, grown, self.out)
                     if stop.is_set():
                         return  # the world ended meanwhile; the next one sees the hosts
                 notices.write_notice(path, secret, time.time(), HostUpdateResult.added)

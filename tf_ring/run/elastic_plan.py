@@ -43,10 +43,10 @@ def hosts_argument(chosen):
 
 
 def added_slots(previous, discovered, blacklist):
-    """True when discovery now offers a usable host or slot the running world
-    does not have (the driver then notices rank 0)."""
+    """The usable hosts [(host, slots)] discovery now offers more slots on
+    than the running world has (empty: nothing to notice rank 0 of)."""
     before = dict(previous)
-    return any(s > before.get(h, 0) for h, s in blacklist.usable(discovered))
+    return [(h, s) for h, s in blacklist.usable(discovered) if s > before.get(h, 0)]
 
 
 def judge_world(rc, ended, end_order, silent, named_hosts, host_of, mpi_errors=()):
