@@ -6,6 +6,13 @@ run), against 160 separate mpi4py Allreduce calls and against one mpi4py
 call on the concatenated buffer. For scale, the same tf.function with 160
 tf.identity ops instead: what TensorFlow alone costs for 160 ops.
 
+Where the grouped step's time goes is printed stage by stage from the
+engine's stamps (cc/common/observability/stage_probe.h): TensorFlow's call up
+to the kernel, the engine's span from the kernel to the last tensor's
+completion, and TensorFlow's return; next to it the engine alone on the same
+NumPy buffers (the same grouped submit through the engine's binding, no
+TensorFlow).
+
 A second table runs the step as training runs it: the gradients are made
 inside the tf.function from 160 variables (one pass over memory each, the
 cheapest backward pass there is, so communication weighs the most), reduced
@@ -18,12 +25,15 @@ without a copy (DLPack), 160 Allreduce calls, applied in a second one.
     tfringrun -np 2 python benchmarks/gradient_step.py
 """
 import argparse
+import statistics
+import time
 
 import numpy as np
 import tensorflow as tf
 from mpi4py import MPI
 
 import tf_ring as hvd
+from tf_ring._library import ENGINE
 from bench_util import memory_bandwidth_gbs, ms, print_table, timed
 
 
@@ -37,6 +47,62 @@ def aligned_empty(n):
     raw = np.empty(n + 16, np.float32)
     skip = (-raw.ctypes.data % 64) // 4
     return raw[skip:skip + n]
+
+
+# The engine binding's enums (cc/common/base/message.h, cc/common/base/dtype.h).
+_ALLREDUCE, _SUM, _FLOAT32 = 0, 0, 6
+
+
+def engine_alone(arrays, outs):
+    """The grouped allreduce straight through the engine's binding on NumPy
+    buffers (results into reused ones, as mpi4py's): the engine without TensorFlow."""
+    ENGINE.group_begin(0)
+    try:
+        handles = [ENGINE.submit(_ALLREDUCE, _SUM, _FLOAT32, "engine_alone.%d" % i, a, o)
+                   for i, (a, o) in enumerate(zip(arrays, outs))]
+    finally:
+        ENGINE.group_end()
+    for h in handles:
+        h.wait(None)
+
+
+def grouped_stages(comm, run_grouped, repeats):
+    """Median milliseconds of each stage of the grouped step on this rank,
+    from the engine's stamps of the last op (kernel entry, the cycle taking
+    the group, agreement, the last completion) and the call's own."""
+    ENGINE.stage_probe(True)
+    stamps = []
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter_ns()
+        run_grouped()
+        end = time.perf_counter_ns()
+        stamps.append((start,) + tuple(ENGINE.stage_stamps()) + (end,))
+    ENGINE.stage_probe(False)
+    stamps = [s for s in stamps if all(s[i] <= s[i + 1] for i in range(5)) and s[1] > 0]
+    if not stamps:
+        raise RuntimeError("gradient_step: no run of the grouped step had every stage stamped")
+    stage = lambda a, b: statistics.median(s[b] - s[a] for s in stamps) / 1e6  # noqa: E731
+    return {"call to kernel": stage(0, 1), "kernel to engine": stage(1, 2), "negotiation": stage(2, 3),
+            "allreduce": stage(3, 4), "return": stage(4, 5), "engine span": stage(1, 4),
+            "whole": stage(0, 5), "stamped": len(stamps)}
+
+
+def stages_table(stages, t_engine, t_sep, repeats):
+    fraction = lambda t: "%.2f" % (t / t_sep)  # noqa: E731
+    rows = [
+        ["TensorFlow: the call up to the kernel (160 arguments in)", ms(stages["call to kernel"] / 1e3), ""],
+        ["tf_ring: kernel to the engine cycle taking the group", ms(stages["kernel to engine"] / 1e3), ""],
+        ["tf_ring: negotiation (with waiting for the other ranks)", ms(stages["negotiation"] / 1e3), ""],
+        ["tf_ring: the fused allreduce, to the last completion", ms(stages["allreduce"] / 1e3), ""],
+        ["TensorFlow: the last completion to the return (160 results out)", ms(stages["return"] / 1e3), ""],
+        ["tf_ring's span: kernel to the last completion", ms(stages["engine span"] / 1e3),
+         fraction(stages["engine span"] / 1e3)],
+        ["the whole grouped step, stamped runs", ms(stages["whole"] / 1e3), fraction(stages["whole"] / 1e3)],
+        ["tf_ring engine alone on the NumPy buffers (no TensorFlow)", ms(t_engine), fraction(t_engine)],
+    ]
+    print_table("Where the grouped step goes, rank 0, %d of %d runs stamped (median ms; ratio = time / "
+                "160 mpi4py calls)" % (stages["stamped"], repeats), ["stage", "ms", "ratio"], rows)
 
 
 def training_step_table(comm, sizes, repeats, t_sep):
@@ -101,6 +167,7 @@ def training_step_table(comm, sizes, repeats, t_sep):
                       ("per_tensor", per_tensor), ("mpi4py", with_mpi4py)):
         times[label], _ = timed(finished(fn), repeats)
     base = times["mpi4py"]
+    in_step = grouped_stages(comm, finished(grouped), repeats)
     added = lambda label: (times[label] - times["synchronized"]) / t_sep  # noqa: E731
     rows = [
         ["TensorFlow alone, no allreduce", ms(times["alone"]), "%.2f" % (times["alone"] / base), ""],
@@ -115,6 +182,11 @@ def training_step_table(comm, sizes, repeats, t_sep):
     print_table("The training step: gradients made, reduced and applied in the tf.function (median ms;\n"
                 "ratio = time / TensorFlow + mpi4py; added = (time - synchronized step) / 160 bare mpi4py calls)",
                 ["method", "ms", "ratio", "added"], rows)
+    if hvd.rank() == 0:
+        print("the grouped training step by stage, rank 0 (median ms): the call to the kernel (backward "
+              "pass) %.3f, to the engine %.3f, negotiation %.3f, allreduce %.3f, to the return (apply) %.3f"
+              % tuple(in_step[k] for k in ("call to kernel", "kernel to engine", "negotiation", "allreduce",
+                                            "return")))
     return times["grouped"] / base, added("grouped")
 
 
@@ -176,6 +248,12 @@ def main():
     after = hvd.stats()
     t_grouped, _ = timed(run_grouped, args.repeats)
     t_identity, _ = timed(run_identity, args.repeats)
+    engine_outs = [np.empty_like(a) for a in arrays]
+    engine_alone(arrays, engine_outs)
+    for got, o in zip(engine_outs, outs):
+        np.testing.assert_allclose(got, o, rtol=1e-6)
+    t_engine, _ = timed(lambda: engine_alone(arrays, engine_outs), args.repeats)
+    stages = grouped_stages(comm, run_grouped, args.repeats)
     t_sep, _ = timed(run_separate, args.repeats)
     t_cat, _ = timed(run_concatenated, args.repeats)
     bandwidth_after = memory_bandwidth_gbs()
@@ -189,6 +267,7 @@ def main():
     ]
     print_table("160 gradients, %.1f MB float32, %d ranks (median ms; ratio = time / 160 mpi4py calls)"
                 % (total_mb, hvd.size()), ["method", "ms", "ratio"], rows)
+    stages_table(stages, t_engine, t_sep, args.repeats)
     step_ratio, step_added = training_step_table(comm, sizes, args.repeats, t_sep)
     if hvd.rank() == 0:
         # Issue 22's goal, judged on what users run (the grouped op) and on 160 ops.
@@ -196,6 +275,9 @@ def main():
                              ("training step, grouped, time added", step_added)):
             print("goal: the step at most 1.0x 160 mpi4py calls; %s %.2fx: %s"
                   % (label, ratio, "met" if ratio <= 1.0 else "not met"))
+        print("of the grouped step, tf_ring's span (kernel to last completion) %.2fx 160 mpi4py calls, "
+              "TensorFlow's call and return %.2f ms" % (stages["engine span"] / 1e3 / t_sep,
+                                                      stages["call to kernel"] + stages["return"]))
         print("the training step with tf_ring's grouped_allreduce: %.2fx TensorFlow + mpi4py's" % step_ratio)
         steps = args.repeats + 3
         print("concurrent memcpy per rank before/after: %.0f/%.0f GB/s (see allreduce_sweep.py)"
