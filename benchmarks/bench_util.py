@@ -25,6 +25,28 @@ def timed(fn, repeats, warmup=3):
     return statistics.median(samples), min(samples)
 
 
+def interleaved(named_fns, repeats, blocks=5, warmup=3):
+    """Median wall time (seconds) of each fn over `repeats` runs, taken in
+    `blocks` rounds that visit every fn in turn: on this VM the machine's
+    state drifts over seconds, and interleaving lays the drift on all the
+    fns alike instead of on whichever ran during it. Returns {name: median}."""
+    comm = MPI.COMM_WORLD
+    for _, fn in named_fns:
+        for _ in range(warmup):
+            fn()
+    per_block = max(1, repeats // blocks)
+    samples = {name: [] for name, _ in named_fns}
+    for _ in range(blocks):
+        for name, fn in named_fns:
+            for _ in range(per_block):
+                comm.Barrier()
+                start = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - start)
+    # The slowest rank defines a collective's time.
+    return {name: statistics.median(comm.allreduce(s, op=_elementwise_max)) for name, s in samples.items()}
+
+
 def _elementwise_max_fn(a, b, _datatype=None):
     return [max(x, y) for x, y in zip(a, b)]
 

@@ -34,7 +34,7 @@ from mpi4py import MPI
 
 import tf_ring as hvd
 from tf_ring._library import ENGINE
-from bench_util import memory_bandwidth_gbs, ms, print_table, timed
+from bench_util import interleaved, memory_bandwidth_gbs, ms, print_table, timed
 
 
 def gradient_sizes(count=160, seed=1234):
@@ -48,6 +48,8 @@ def aligned_empty(n):
     skip = (-raw.ctypes.data % 64) // 4
     return raw[skip:skip + n]
 
+
+STATS_STEPS = 10  # steps of the 160 ops form the engine's counters are read over
 
 # The engine binding's enums (cc/common/base/message.h, cc/common/base/dtype.h).
 _ALLREDUCE, _SUM, _FLOAT32 = 0, 0, 6
@@ -162,10 +164,9 @@ def training_step_table(comm, sizes, repeats, t_sep):
         np.testing.assert_allclose(from_grouped.numpy(), out, rtol=1e-6)
         np.testing.assert_allclose(from_ops.numpy(), out, rtol=1e-6)
 
-    times = {}
-    for label, fn in (("alone", alone), ("synchronized", synchronized), ("grouped", grouped),
-                      ("per_tensor", per_tensor), ("mpi4py", with_mpi4py)):
-        times[label], _ = timed(finished(fn), repeats)
+    times = interleaved([(label, finished(fn)) for label, fn in (
+        ("alone", alone), ("synchronized", synchronized), ("grouped", grouped),
+        ("per_tensor", per_tensor), ("mpi4py", with_mpi4py))], repeats)
     base = times["mpi4py"]
     in_step = grouped_stages(comm, finished(grouped), repeats)
     added = lambda label: (times[label] - times["synchronized"]) / t_sep  # noqa: E731
@@ -242,20 +243,21 @@ def main():
         np.testing.assert_allclose(r.numpy(), o, rtol=1e-6)
         np.testing.assert_allclose(g.numpy(), o, rtol=1e-6)
 
-    bandwidth_before = memory_bandwidth_gbs()
-    before = hvd.stats()
-    t_ring, _ = timed(run_step, args.repeats)
-    after = hvd.stats()
-    t_grouped, _ = timed(run_grouped, args.repeats)
-    t_identity, _ = timed(run_identity, args.repeats)
     engine_outs = [np.empty_like(a) for a in arrays]
     engine_alone(arrays, engine_outs)
     for got, o in zip(engine_outs, outs):
         np.testing.assert_allclose(got, o, rtol=1e-6)
-    t_engine, _ = timed(lambda: engine_alone(arrays, engine_outs), args.repeats)
+
+    bandwidth_before = memory_bandwidth_gbs()
+    before = hvd.stats()
+    timed(run_step, STATS_STEPS, warmup=0)  # the engine's counters for the 160 ops form
+    after = hvd.stats()
+    times = interleaved([("ops", run_step), ("grouped", run_grouped), ("identity", run_identity),
+                         ("engine", lambda: engine_alone(arrays, engine_outs)), ("separate", run_separate),
+                         ("concatenated", run_concatenated)], args.repeats)
+    t_ring, t_grouped, t_identity = times["ops"], times["grouped"], times["identity"]
+    t_engine, t_sep, t_cat = times["engine"], times["separate"], times["concatenated"]
     stages = grouped_stages(comm, run_grouped, args.repeats)
-    t_sep, _ = timed(run_separate, args.repeats)
-    t_cat, _ = timed(run_concatenated, args.repeats)
     bandwidth_after = memory_bandwidth_gbs()
     total_mb = flat.nbytes / 2**20
     rows = [
@@ -279,7 +281,7 @@ def main():
               "TensorFlow's call and return %.2f ms" % (stages["engine span"] / 1e3 / t_sep,
                                                       stages["call to kernel"] + stages["return"]))
         print("the training step with tf_ring's grouped_allreduce: %.2fx TensorFlow + mpi4py's" % step_ratio)
-        steps = args.repeats + 3
+        steps = STATS_STEPS
         print("concurrent memcpy per rank before/after: %.0f/%.0f GB/s (see allreduce_sweep.py)"
               % (bandwidth_before, bandwidth_after))
         print("engine per step: %.1f cycles, %.1f negotiations, %.1f fused batches, %.0f cache hits"
