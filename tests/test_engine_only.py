@@ -65,3 +65,28 @@ def test_a_cpu_build_refuses_device_tensors_clearly(engine_lib):
                             env=dict(os.environ, **jobs.job_env("cpu", engine_lib)), cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("RuntimeError this tf_ring was built without CUDA"), result.stdout
+
+
+def test_a_group_that_names_a_tensor_twice_is_refused_whole(engine_lib):
+    """A group of 300 whose last name repeats its first is refused by name,
+    and nothing of it stays queued: the same names then run."""
+    code = ("import numpy as np, tf_ring_engine as e\n"
+            "e.init()\n"
+            "x = np.arange(4, dtype=np.float32)\n"
+            "names = ['g%d' % i for i in range(300)] + ['g0']\n"
+            "e.ENGINE.group_begin(0)\n"
+            "for name in names:\n"
+            "    e.ENGINE.submit(e.ALLREDUCE, e.Sum, e.DTYPES['float32'], name, x, np.empty_like(x))\n"
+            "try:\n"
+            "    e.ENGINE.group_end()\n"
+            "except RuntimeError as err:\n"
+            "    print(err)\n"
+            "for name in ('g0', 'g299'):\n"
+            "    assert (e.allreduce(x, op=e.Sum, name=name).wait(60) == x).all()\n"
+            "print('ran after')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, **jobs.job_env("cpu", engine_lib)), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()[:2]
+    assert "tensor 'g0': a collective with this name is already in flight" in first, result.stdout
+    assert second == "ran after", result.stdout

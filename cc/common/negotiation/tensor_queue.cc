@@ -1,7 +1,9 @@
 #include "common/negotiation/tensor_queue.h"
 
 #include <algorithm>
+#include <string_view>
 #include <thread>
+#include <unordered_set>
 
 namespace tf_ring {
 
@@ -27,9 +29,12 @@ Status TensorQueue::Add(TensorEntry entry, Request request) {
 Status TensorQueue::AddGroup(std::vector<TensorEntry> entries, std::vector<Request> requests) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A set of the group's own names keeps the check linear: a group is
+    // often a model's hundreds of gradients, and this runs under the lock.
+    std::unordered_set<std::string_view> group_names;
+    group_names.reserve(entries.size());
     for (size_t i = 0; i < entries.size(); ++i) {
-      bool repeated = entries_.count(entries[i].name) > 0;
-      for (size_t j = 0; j < i && !repeated; ++j) repeated = entries[j].name == entries[i].name;
+      const bool repeated = entries_.count(entries[i].name) > 0 || !group_names.insert(entries[i].name).second;
       if (repeated) {
         return Status::InvalidArgument(
             std::string(OpTypeName(entries[i].op)) + " of tensor '" + entries[i].name +
