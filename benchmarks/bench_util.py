@@ -8,20 +8,25 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from mpi4py import MPI  # noqa: E402
 
 
+def _each_run(fn, count, comm):
+    """Wall time (seconds) of `count` runs of fn(), all ranks starting each together."""
+    samples = []
+    for _ in range(count):
+        comm.Barrier()
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
 def timed(fn, repeats, warmup=3):
     """Median and min wall time (seconds) of fn() over `repeats` runs, all
     ranks starting each run together."""
     comm = MPI.COMM_WORLD
     for _ in range(warmup):
         fn()
-    samples = []
-    for _ in range(repeats):
-        comm.Barrier()
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
     # The slowest rank defines a collective's time.
-    samples = comm.allreduce(samples, op=_elementwise_max)
+    samples = comm.allreduce(_each_run(fn, repeats, comm), op=_elementwise_max)
     return statistics.median(samples), min(samples)
 
 
@@ -38,13 +43,28 @@ def interleaved(named_fns, repeats, blocks=5, warmup=3):
     samples = {name: [] for name, _ in named_fns}
     for _ in range(blocks):
         for name, fn in named_fns:
-            for _ in range(per_block):
-                comm.Barrier()
-                start = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - start)
-    # The slowest rank defines a collective's time.
+            samples[name] += _each_run(fn, per_block, comm)
     return {name: statistics.median(comm.allreduce(s, op=_elementwise_max)) for name, s in samples.items()}
+
+
+def stamped_runs(fn, repeats):
+    """(start, submit, taken, agreed, done, end) in ns for each run of fn()
+    whose stages the engine stamped in order (cc/common/observability/
+    stage_probe.h; a run whose request waited a cycle for the peer still
+    counts: its wait is in negotiation). The start and end are this
+    script's own stamps, on the same clock."""
+    from tf_ring._library import ENGINE  # imports TensorFlow: only where asked for
+    comm = MPI.COMM_WORLD
+    ENGINE.stage_probe(True)
+    rows = []
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter_ns()
+        fn()
+        end = time.perf_counter_ns()
+        rows.append((start,) + tuple(ENGINE.stage_stamps()) + (end,))
+    ENGINE.stage_probe(False)
+    return [r for r in rows if all(r[i] <= r[i + 1] for i in range(5)) and r[1] > 0]
 
 
 def _elementwise_max_fn(a, b, _datatype=None):

@@ -26,7 +26,6 @@ without a copy (DLPack), 160 Allreduce calls, applied in a second one.
 """
 import argparse
 import statistics
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -34,7 +33,7 @@ from mpi4py import MPI
 
 import tf_ring as hvd
 from tf_ring._library import ENGINE
-from bench_util import interleaved, memory_bandwidth_gbs, ms, print_table, timed
+from bench_util import interleaved, memory_bandwidth_gbs, ms, print_table, stamped_runs, timed
 
 
 def gradient_sizes(count=160, seed=1234):
@@ -68,23 +67,14 @@ def engine_alone(arrays, outs):
         h.wait(None)
 
 
-def grouped_stages(comm, run_grouped, repeats):
-    """Median milliseconds of each stage of the grouped step on this rank,
-    from the engine's stamps of the last op (kernel entry, the cycle taking
-    the group, agreement, the last completion) and the call's own."""
-    ENGINE.stage_probe(True)
-    stamps = []
-    for _ in range(repeats):
-        comm.Barrier()
-        start = time.perf_counter_ns()
-        run_grouped()
-        end = time.perf_counter_ns()
-        stamps.append((start,) + tuple(ENGINE.stage_stamps()) + (end,))
-    ENGINE.stage_probe(False)
-    stamps = [s for s in stamps if all(s[i] <= s[i + 1] for i in range(5)) and s[1] > 0]
+def grouped_stages(run_grouped, repeats):
+    """Median seconds of each stage of the grouped step on this rank, from
+    the engine's stamps of the last op (kernel entry, the cycle taking the
+    group, agreement, the last completion) and the call's own."""
+    stamps = stamped_runs(run_grouped, repeats)
     if not stamps:
         raise RuntimeError("gradient_step: no run of the grouped step had every stage stamped")
-    stage = lambda a, b: statistics.median(s[b] - s[a] for s in stamps) / 1e6  # noqa: E731
+    stage = lambda a, b: statistics.median(s[b] - s[a] for s in stamps) / 1e9  # noqa: E731
     return {"call to kernel": stage(0, 1), "kernel to engine": stage(1, 2), "negotiation": stage(2, 3),
             "allreduce": stage(3, 4), "return": stage(4, 5), "engine span": stage(1, 4),
             "whole": stage(0, 5), "stamped": len(stamps)}
@@ -93,14 +83,14 @@ def grouped_stages(comm, run_grouped, repeats):
 def stages_table(stages, t_engine, t_sep, repeats):
     fraction = lambda t: "%.2f" % (t / t_sep)  # noqa: E731
     rows = [
-        ["TensorFlow: the call up to the kernel (160 arguments in)", ms(stages["call to kernel"] / 1e3), ""],
-        ["tf_ring: kernel to the engine cycle taking the group", ms(stages["kernel to engine"] / 1e3), ""],
-        ["tf_ring: negotiation (with waiting for the other ranks)", ms(stages["negotiation"] / 1e3), ""],
-        ["tf_ring: the fused allreduce, to the last completion", ms(stages["allreduce"] / 1e3), ""],
-        ["TensorFlow: the last completion to the return (160 results out)", ms(stages["return"] / 1e3), ""],
-        ["tf_ring's span: kernel to the last completion", ms(stages["engine span"] / 1e3),
-         fraction(stages["engine span"] / 1e3)],
-        ["the whole grouped step, stamped runs", ms(stages["whole"] / 1e3), fraction(stages["whole"] / 1e3)],
+        ["TensorFlow: the call up to the kernel (160 arguments in)", ms(stages["call to kernel"]), ""],
+        ["tf_ring: kernel to the engine cycle taking the group", ms(stages["kernel to engine"]), ""],
+        ["tf_ring: negotiation (with waiting for the other ranks)", ms(stages["negotiation"]), ""],
+        ["tf_ring: the fused allreduce, to the last completion", ms(stages["allreduce"]), ""],
+        ["TensorFlow: the last completion to the return (160 results out)", ms(stages["return"]), ""],
+        ["tf_ring's span: kernel to the last completion", ms(stages["engine span"]),
+         fraction(stages["engine span"])],
+        ["the whole grouped step, stamped runs", ms(stages["whole"]), fraction(stages["whole"])],
         ["tf_ring engine alone on the NumPy buffers (no TensorFlow)", ms(t_engine), fraction(t_engine)],
     ]
     print_table("Where the grouped step goes, rank 0, %d of %d runs stamped (median ms; ratio = time / "
@@ -168,7 +158,7 @@ def training_step_table(comm, sizes, repeats, t_sep):
         ("alone", alone), ("synchronized", synchronized), ("grouped", grouped),
         ("per_tensor", per_tensor), ("mpi4py", with_mpi4py))], repeats)
     base = times["mpi4py"]
-    in_step = grouped_stages(comm, finished(grouped), repeats)
+    in_step = grouped_stages(finished(grouped), repeats)
     added = lambda label: (times[label] - times["synchronized"]) / t_sep  # noqa: E731
     rows = [
         ["TensorFlow alone, no allreduce", ms(times["alone"]), "%.2f" % (times["alone"] / base), ""],
@@ -186,8 +176,8 @@ def training_step_table(comm, sizes, repeats, t_sep):
     if hvd.rank() == 0:
         print("the grouped training step by stage, rank 0 (median ms): the call to the kernel (backward "
               "pass) %.3f, to the engine %.3f, negotiation %.3f, allreduce %.3f, to the return (apply) %.3f"
-              % tuple(in_step[k] for k in ("call to kernel", "kernel to engine", "negotiation", "allreduce",
-                                            "return")))
+              % tuple(in_step[k] * 1e3 for k in ("call to kernel", "kernel to engine", "negotiation",
+                                                  "allreduce", "return")))
     return times["grouped"] / base, added("grouped")
 
 
@@ -257,7 +247,7 @@ def main():
                          ("concatenated", run_concatenated)], args.repeats)
     t_ring, t_grouped, t_identity = times["ops"], times["grouped"], times["identity"]
     t_engine, t_sep, t_cat = times["engine"], times["separate"], times["concatenated"]
-    stages = grouped_stages(comm, run_grouped, args.repeats)
+    stages = grouped_stages(run_grouped, args.repeats)
     bandwidth_after = memory_bandwidth_gbs()
     total_mb = flat.nbytes / 2**20
     rows = [
@@ -278,8 +268,8 @@ def main():
             print("goal: the step at most 1.0x 160 mpi4py calls; %s %.2fx: %s"
                   % (label, ratio, "met" if ratio <= 1.0 else "not met"))
         print("of the grouped step, tf_ring's span (kernel to last completion) %.2fx 160 mpi4py calls, "
-              "TensorFlow's call and return %.2f ms" % (stages["engine span"] / 1e3 / t_sep,
-                                                      stages["call to kernel"] + stages["return"]))
+              "TensorFlow's call and return %.2f ms" % (stages["engine span"] / t_sep,
+                                                      (stages["call to kernel"] + stages["return"]) * 1e3))
         print("the training step with tf_ring's grouped_allreduce: %.2fx TensorFlow + mpi4py's" % step_ratio)
         steps = STATS_STEPS
         print("concurrent memcpy per rank before/after: %.0f/%.0f GB/s (see allreduce_sweep.py)"

@@ -12,15 +12,12 @@ only while this script has them on; latency.py measures with them off.
 """
 import argparse
 import statistics
-import time
 
 import numpy as np
 import tensorflow as tf
-from mpi4py import MPI
 
 import tf_ring as hvd
-from tf_ring._library import ENGINE
-from bench_util import print_table, timed
+from bench_util import print_table, stamped_runs, timed
 
 STAGES = [
     ("Python call to kernel submit", 0, 1),
@@ -36,24 +33,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=1000)
     args = parser.parse_args()
     hvd.init()
-    comm = MPI.COMM_WORLD
     tensor = tf.constant(np.ones(1024, np.float32))
     for _ in range(20):
         hvd.allreduce(tensor, op=hvd.Sum)
 
-    ENGINE.stage_probe(True)
-    rows = []
-    for _ in range(args.repeats):
-        comm.Barrier()
-        start = time.perf_counter_ns()
-        hvd.allreduce(tensor, op=hvd.Sum)
-        end = time.perf_counter_ns()
-        submit, taken, agreed, done = ENGINE.stage_stamps()
-        rows.append((start, submit, taken, agreed, done, end))
-    ENGINE.stage_probe(False)
-    # Keep runs where every stage was stamped in order (a run whose request
-    # waited a cycle for the peer still counts: its wait is in negotiation).
-    rows = [r for r in rows if all(r[i] <= r[i + 1] for i in range(5)) and r[1] > 0]
+    rows = stamped_runs(lambda: hvd.allreduce(tensor, op=hvd.Sum), args.repeats)
     t_identity, _ = timed(lambda: tf.identity(tensor), args.repeats, warmup=20)
 
     us = lambda ns: "%.1f" % (ns / 1e3)

@@ -28,6 +28,12 @@ def engine_lib():
     return LIB
 
 
+def _run_in_one_process(engine_lib, code):
+    """Runs `code` in one plain Python process (no launcher) against the engine-only library."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, **jobs.job_env("cpu", engine_lib)), cwd=REPO)
+
+
 @pytest.mark.parametrize("np", [2, 3])
 def test_engine_only_collectives_on_host_arrays(engine_lib, np):
     jobs.run_collectives(run_under_launcher, np, "cpu", engine_lib)
@@ -61,14 +67,13 @@ def test_a_cpu_build_refuses_device_tensors_clearly(engine_lib):
             "    e.ENGINE.submit(e.ALLREDUCE, e.Sum, e.DTYPES['float32'], 'x', CudaArray(), CudaArray(), 0)\n"
             "except RuntimeError as err:\n"
             "    print(type(err).__name__, err)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, **jobs.job_env("cpu", engine_lib)), cwd=REPO)
+    result = _run_in_one_process(engine_lib, code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("RuntimeError this tf_ring was built without CUDA"), result.stdout
 
 
 def test_a_group_that_names_a_tensor_twice_is_refused_whole(engine_lib):
-    """A group of 300 whose last name repeats its first is refused by name,
+    """A group of 301 whose last name repeats its first is refused by name,
     and nothing of it stays queued: the same names then run."""
     code = ("import numpy as np, tf_ring_engine as e\n"
             "e.init()\n"
@@ -84,8 +89,7 @@ def test_a_group_that_names_a_tensor_twice_is_refused_whole(engine_lib):
             "for name in ('g0', 'g299'):\n"
             "    assert (e.allreduce(x, op=e.Sum, name=name).wait(60) == x).all()\n"
             "print('ran after')\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, **jobs.job_env("cpu", engine_lib)), cwd=REPO)
+    result = _run_in_one_process(engine_lib, code)
     assert result.returncode == 0, result.stderr
     first, second = result.stdout.splitlines()[:2]
     assert "tensor 'g0': a collective with this name is already in flight" in first, result.stdout
