@@ -1,5 +1,7 @@
 """allgather as a TensorFlow op. Its own module because both the public ops
 and the IndexedSlices allreduce (sparse.py) build on it."""
+import tensorflow as tf
+
 from tf_ring._library import OPS
 from tf_ring._op_common import MOVE_DTYPES, _as_tensor, _auto_name, _check_dtype
 from tf_ring.process_set import global_process_set, process_set_id_of
@@ -16,4 +18,4 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     tensor = _as_tensor(tensor, "allgather", name)
     _check_dtype("allgather", tensor, MOVE_DTYPES, name)
     return OPS.tf_ring_allgather(tensor, tensor_name=_auto_name("allgather", tensor, name),
-                                 process_set_id=set_id)
+                                 process_set_id=set_id, eager=tf.executing_eagerly())

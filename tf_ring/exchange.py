@@ -24,11 +24,11 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     if splits is None:
         received, _ = OPS.tf_ring_alltoall(tensor, tf.zeros([0], tf.int32),
                                            tensor_name=_auto_name("alltoall", tensor, name),
-                                           process_set_id=set_id)
+                                           process_set_id=set_id, eager=tf.executing_eagerly())
         return received
     splits = tf.reshape(tf.cast(splits, tf.int32), [-1])
     return OPS.tf_ring_alltoall(tensor, splits, tensor_name=_auto_name("alltoall", tensor, name),
-                                process_set_id=set_id)
+                                process_set_id=set_id, eager=tf.executing_eagerly())
 
 
 def reducescatter(tensor, device_dense="", compression=None, op=Average, name=None,
@@ -53,5 +53,5 @@ def reducescatter(tensor, device_dense="", compression=None, op=Average, name=No
     reduced = OPS.tf_ring_reducescatter(
         compressed, reduce_op=op, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, tensor_name=_auto_name("reducescatter", tensor, name),
-        process_set_id=set_id)
+        process_set_id=set_id, eager=tf.executing_eagerly())
     return compression.decompress(reduced, ctx)

@@ -82,11 +82,13 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     if compression is None:  # the common case, without the no-op compressor's calls
         return OPS.tf_ring_allreduce(
             tensor, reduce_op=op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor, tensor_name=tensor_name, process_set_id=set_id)
+            postscale_factor=postscale_factor, tensor_name=tensor_name, process_set_id=set_id,
+            eager=tf.executing_eagerly())
     compressed, ctx = compression.compress(tensor)
     reduced = OPS.tf_ring_allreduce(
         compressed, reduce_op=op, prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, tensor_name=tensor_name, process_set_id=set_id)
+        postscale_factor=postscale_factor, tensor_name=tensor_name, process_set_id=set_id,
+            eager=tf.executing_eagerly())
     return compression.decompress(reduced, ctx)
 
 
@@ -102,5 +104,5 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     _check_dtype("broadcast", tensor, MOVE_DTYPES, name)
     return OPS.tf_ring_broadcast(tensor, root_rank=int(root_rank),
                                  tensor_name=_auto_name("broadcast", tensor, name),
-                                 process_set_id=set_id)
+                                 process_set_id=set_id, eager=tf.executing_eagerly())
 

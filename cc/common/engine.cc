@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/negotiation/agreed_settings.h"
+#include "common/negotiation/caller_wait.h"
 #include "common/negotiation/controller.h"
 #include "common/negotiation/fusion.h"
 #include "common/transport/hierarchical_choice.h"
@@ -183,6 +184,7 @@ Status Engine::Init(const void* mpi_comm) {
   const MpiContext& m = impl->mpi;
   topology_ = Topology{m.rank(),       m.size(),       m.local_rank(),  m.local_size(),
                        m.cross_rank(), m.cross_size(), m.homogeneous()};
+  caller_wait_us_ = CallerWaitMicros(m.local_size());
   if (m.thread_level() < MPI_THREAD_MULTIPLE) {
     Log(LogLevel::kWarning, "MPI provides thread level " + std::to_string(m.thread_level()) +
                                 ", not MPI_THREAD_MULTIPLE; do not call MPI from other threads "
@@ -320,10 +322,7 @@ std::vector<Engine::ParamChange> Engine::param_history() {
 
 void Engine::ResetStats() {
   if (impl_) impl_->sets.ResetStats();
-  for (auto* c : {&stats_.cycles, &stats_.negotiations, &stats_.cache_hits, &stats_.cache_misses,
-                  &stats_.fused_batches, &stats_.tensors, &stats_.bytes, &stats_.hierarchical_batches}) {
-    c->store(0);
-  }
+  ResetCounters(&stats_);
 }
 
 void Engine::ApplyParams(const ResponseList& agreed) {

@@ -60,6 +60,8 @@ class Engine {
   std::vector<int32_t> ProcessSetIds();  // besides 0, ascending
   // Counters of set `id` (0: the global set); false when there is none.
   bool ProcessSetStats(int32_t id, int64_t out[kStatCount]);
+  // Counts an op of set `id` that its caller finished inline (negotiation/caller_wait.h).
+  void CountCallerFinished(int32_t id);
 
   // Rank 0 writes the timeline; elsewhere these are no-ops. Stops with the engine.
   Status StartTimeline(const std::string& path, bool mark_cycles);
@@ -85,6 +87,8 @@ class Engine {
   bool failed_by_peer() const { return failed_by_peer_.load(); }
 
   Topology topology() const { return topology_; }
+  // How long a caller may wait inline for a small op (negotiation/caller_wait.h); 0: not at all.
+  int64_t caller_wait_us() const { return caller_wait_us_.load(std::memory_order_relaxed); }
   const EngineStats& stats() const { return stats_; }
   void ResetStats();
 
@@ -110,6 +114,7 @@ class Engine {
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> failed_by_peer_{false};
+  std::atomic<int64_t> caller_wait_us_{0};
   std::thread thread_;
   std::unique_ptr<Impl> impl_;
   Topology topology_;

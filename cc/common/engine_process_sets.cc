@@ -106,6 +106,16 @@ std::vector<int32_t> Engine::ProcessSetIds() {
   return accepting_ ? impl_->sets.Ids() : std::vector<int32_t>();
 }
 
+void Engine::CountCallerFinished(int32_t id) {
+  if (id == 0) {
+    ++stats_.caller_finished;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(accept_mu_);
+  std::shared_ptr<ProcessSet> set = accepting_ ? impl_->sets.Find(id) : nullptr;
+  if (set) ++set->stats().caller_finished;
+}
+
 bool Engine::ProcessSetStats(int32_t id, int64_t out[kStatCount]) {
   const EngineStats* s = &stats_;
   std::shared_ptr<ProcessSet> set;
@@ -117,7 +127,8 @@ bool Engine::ProcessSetStats(int32_t id, int64_t out[kStatCount]) {
   }
   const int64_t values[kStatCount] = {s->cycles,        s->negotiations, s->cache_hits,
                                       s->cache_misses,  s->fused_batches, s->tensors,
-                                      s->bytes,         s->hierarchical_batches, s->scratch_bytes};
+                                      s->bytes,         s->hierarchical_batches, s->caller_finished,
+                                      s->scratch_bytes};
   for (int i = 0; i < kStatCount; ++i) out[i] = values[i];
   return true;
 }

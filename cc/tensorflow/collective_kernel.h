@@ -3,11 +3,13 @@
 #ifndef TF_RING_TENSORFLOW_COLLECTIVE_KERNEL_H_
 #define TF_RING_TENSORFLOW_COLLECTIVE_KERNEL_H_
 
+#include <optional>
 #include <string>
 
 #include "common/engine.h"
 #include "common/observability/stage_probe.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/eager_completion.h"
 #include "tensorflow/tensor_adapter.h"
 
 namespace tf_ring {
@@ -17,6 +19,8 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
   explicit CollectiveKernel(::tensorflow::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
+    // Set by the Python wrappers when run eagerly (grouped ops have no such attr).
+    if (c->HasAttr("eager")) OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
     // Without an explicit name, the graph node's name identifies the tensor:
     // identical graphs give identical names on every rank.
     if (tensor_name_.empty()) tensor_name_ = name();
@@ -32,17 +36,22 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
     request.name = tensor_name_;
     ToEngineDtype(input.dtype(), &request.dtype);
     for (int d = 0; d < input.dims(); ++d) request.shape.push_back(input.dim_size(d));
-    TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, done);
+    std::optional<EagerCompletion> inline_wait;
+    if (eager_ && EagerCompletion::Applies(ctx, input.TotalBytes())) inline_wait.emplace(done, process_set_id_);
+    TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, inline_wait ? inline_wait->ForEngine() : done);
     request.device = entry.device;
     Status s = Engine::Get().Enqueue(std::move(entry), std::move(request), process_set_id_);
-    if (!s.ok()) {
+    if (!s.ok()) {  // nothing was queued: the engine will not call back
       ctx->SetStatus(ToTfStatus(s));
       done();
+      return;
     }
+    if (inline_wait) inline_wait->WaitAndFinish();
   }
 
   std::string tensor_name_;
   int process_set_id_ = 0;  // 0: the global set
+  bool eager_ = false;
 };
 
 // Reads the reduce_op / prescale_factor / postscale_factor attributes.

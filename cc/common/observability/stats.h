@@ -9,7 +9,7 @@
 namespace tf_ring {
 
 // How many values tf_ring_stats() reports (the fields below, in order).
-constexpr int kStatCount = 9;
+constexpr int kStatCount = 10;
 
 struct EngineStats {
   std::atomic<int64_t> cycles{0};
@@ -20,9 +20,20 @@ struct EngineStats {
   std::atomic<int64_t> tensors{0};
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> hierarchical_batches{0};  // collectives that crossed hosts hierarchically
+  // Small eager ops whose caller saw them finish while waiting and finished
+  // them on its own thread (negotiation/caller_wait.h).
+  std::atomic<int64_t> caller_finished{0};
   // Not a counter: the collectives' scratch memory held now (reset leaves it).
   std::atomic<int64_t> scratch_bytes{0};
 };
+
+// Zeroes every counter (scratch_bytes is a level, not a counter: kept).
+inline void ResetCounters(EngineStats* s) {
+  for (auto* c : {&s->cycles, &s->negotiations, &s->cache_hits, &s->cache_misses, &s->fused_batches,
+                  &s->tensors, &s->bytes, &s->hierarchical_batches, &s->caller_finished}) {
+    c->store(0);
+  }
+}
 
 }  // namespace tf_ring
 

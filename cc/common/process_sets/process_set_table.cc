@@ -144,13 +144,7 @@ std::shared_ptr<ProcessSet> ProcessSetTable::Find(int32_t id) {
 
 void ProcessSetTable::ResetStats() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& kv : sets_) {
-    EngineStats& s = kv.second->stats();
-    for (auto* c : {&s.cycles, &s.negotiations, &s.cache_hits, &s.cache_misses, &s.fused_batches,
-                    &s.tensors, &s.bytes, &s.hierarchical_batches}) {
-      c->store(0);
-    }
-  }
+  for (auto& kv : sets_) ResetCounters(&kv.second->stats());
 }
 
 }  // namespace tf_ring
