@@ -57,7 +57,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     if dense:
         reduced = OPS.tf_ring_grouped_allreduce(
             dense, reduce_op=op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor, tensor_name=group, process_set_id=set_id)
+            postscale_factor=postscale_factor, tensor_name=group, process_set_id=set_id,
+            eager=tf.executing_eagerly())
         for i, out, ctx in zip(dense_positions, reduced, contexts):
             results[i] = compression.decompress(out, ctx)
     return results
@@ -74,7 +75,8 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     if not tensors:
         return []
     return list(OPS.tf_ring_grouped_allgather(
-        tensors, tensor_name=_group_name(name, "grouped_allgather"), process_set_id=set_id))
+        tensors, tensor_name=_group_name(name, "grouped_allgather"), process_set_id=set_id,
+        eager=tf.executing_eagerly()))
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
@@ -101,5 +103,6 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     reduced = OPS.tf_ring_grouped_reducescatter(
         compressed, reduce_op=op, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor,
-        tensor_name=_group_name(name, "grouped_reducescatter"), process_set_id=set_id)
+        tensor_name=_group_name(name, "grouped_reducescatter"), process_set_id=set_id,
+        eager=tf.executing_eagerly())
     return [compression.decompress(out, ctx) for out, ctx in zip(reduced, contexts)]

@@ -19,8 +19,8 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
   explicit CollectiveKernel(::tensorflow::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
-    // Set by the Python wrappers when run eagerly (grouped ops have no such attr).
-    if (c->HasAttr("eager")) OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
+    // Set by the Python wrappers when run eagerly.
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
     // Without an explicit name, the graph node's name identifies the tensor:
     // identical graphs give identical names on every rank.
     if (tensor_name_.empty()) tensor_name_ = name();

@@ -102,6 +102,44 @@ def test_large_tensors_and_graph_ops_are_left_to_the_engine():
     assert caller_finished() == 0
 
 
+def test_a_small_eager_group_is_finished_by_its_caller_once():
+    _restart(LONG_WAIT_US)
+    n = hvd.size()
+    tensors = [tf.constant(rank_input(hvd.rank(), (3, i + 1), np.float32, seed=i)) for i in range(6)]
+    before = caller_finished()
+    for _ in range(4):
+        reduced = hvd.grouped_allreduce(tensors, op=hvd.Sum)
+        for i, out in enumerate(reduced):
+            np.testing.assert_allclose(out.numpy(), sum(all_inputs((3, i + 1), np.float32, seed=i)),
+                                       rtol=1e-5)
+        gathered = hvd.grouped_allgather(tensors[:2])
+        np.testing.assert_array_equal(gathered[1].numpy(),
+                                      np.concatenate(all_inputs((3, 2), np.float32, seed=1)))
+        assert len(hvd.grouped_reducescatter([tf.ones([2 * n, 2])], op=hvd.Sum)[0].numpy()) == 2
+    assert caller_finished() - before == 4 * 3  # one per group, not per tensor
+
+
+def test_a_grouped_op_in_a_function_finishes_through_the_executor():
+    """In a graph the engine hands a group's completion to TensorFlow's own
+    threads (grouped_kernels.cc): results are the same and nothing waits."""
+    _restart(LONG_WAIT_US)
+    tensors = [tf.constant(rank_input(hvd.rank(), (40, i + 1), np.float32, seed=i)) for i in range(160)]
+
+    @tf.function
+    def step(xs):
+        return hvd.grouped_allreduce(xs, op=hvd.Sum)
+
+    for _ in range(3):
+        reduced = step(tensors)
+        for i in (0, 77, 159):
+            np.testing.assert_allclose(reduced[i].numpy(),
+                                       sum(all_inputs((40, i + 1), np.float32, seed=i)), rtol=1e-5)
+    graph = step.get_concrete_function(tensors).graph
+    node = [op for op in graph.get_operations() if op.type == "TfRingGroupedAllreduce"][0]
+    assert node.get_attr("eager") is False
+    assert caller_finished() == 0
+
+
 def test_an_error_reaches_the_waiting_caller_and_the_next_op_runs():
     _restart(LONG_WAIT_US)
     shape = [3] if hvd.rank() == 0 else [4]
