@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/collectives/shm/shm_single_copy_allreduce.h"
+#include "common/observability/stage_probe.h"
 #include "common/transport/peer_failure.h"
 
 namespace tf_ring {
@@ -75,9 +76,29 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
     // The transport copies what it needs from the stand-ins before returning.
     device_->Start(resp, std::move(entries), nullptr);
   } else {
-    for (auto& e : entries) e.done(status);
+    Finish(entries, status);
   }
   stand_ins_.Clear();
+}
+
+void OperationManager::Finish(std::vector<TensorEntry>& entries, const Status& status) {
+  StageProbe::Stamp(kProbeDone);
+  // One task per scheduler named; a batch rarely holds more than one.
+  std::vector<std::pair<const FrameworkScheduler*, std::vector<std::function<void(const Status&)>>>> tasks;
+  for (auto& e : entries) {
+    if (e.finish_on == nullptr) {
+      e.done(status);
+      continue;
+    }
+    auto task = std::find_if(tasks.begin(), tasks.end(), [&](const auto& t) { return t.first == e.finish_on; });
+    if (task == tasks.end()) task = tasks.insert(tasks.end(), {e.finish_on, {}});
+    task->second.push_back(std::move(e.done));
+  }
+  for (auto& [scheduler, dones] : tasks) {
+    (*scheduler)([dones = std::move(dones), status]() {
+      for (const auto& done : dones) done(status);
+    });
+  }
 }
 
 void OperationManager::MarkPhaseIfRecording(const Response& resp, bool recording) {

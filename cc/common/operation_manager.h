@@ -44,6 +44,9 @@ class OperationManager {
   CollectiveContext Context(PhaseMarks* marks) { return {mpi_, &scratch_, shm_, hosts_, marks}; }
   Status Run(const Response& resp, std::vector<TensorEntry>& entries, PhaseMarks* marks);
   void MarkPhaseIfRecording(const Response& resp, bool recording);
+  // Calls every entry's done with `status`, on the framework's threads
+  // where an entry asks for it (TensorEntry::finish_on).
+  void Finish(std::vector<TensorEntry>& entries, const Status& status);
   // Timeline events for every tensor of the batch, one per phase.
   void Record(const Response& resp, const std::vector<TensorEntry>& entries, const Status& status,
               Timeline::Clock::time_point start, Timeline::Clock::time_point end);

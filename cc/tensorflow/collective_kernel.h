@@ -39,6 +39,9 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
     std::optional<EagerCompletion> inline_wait;
     if (eager_ && EagerCompletion::Applies(ctx, input.TotalBytes())) inline_wait.emplace(done, process_set_id_);
     TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, inline_wait ? inline_wait->ForEngine() : done);
+    // In a graph, TensorFlow's executor goes on from `done` faster on its own
+    // threads: the engine hands each batch's completions to them at once.
+    if (!eager_) entry.finish_on = ctx->runner();
     request.device = entry.device;
     Status s = Engine::Get().Enqueue(std::move(entry), std::move(request), process_set_id_);
     if (!s.ok()) {  // nothing was queued: the engine will not call back

@@ -4,12 +4,11 @@
 //
 // How it finishes. In a graph, TensorFlow's executor continues on whatever
 // thread calls done: from the engine thread, returning a tf.function's 160
-// results took 1.0-1.2 ms, and 0.4-0.6 ms when the engine instead hands
-// done to the executor's own thread pool (benchmarks/README.md). Single-op
-// kernels do not hand off: for 160 separate ops the 160 hops cost more than
-// they saved. Eagerly a hop costs a pool thread's wake-up (25 us measured),
-// so there a small group is finished by its waiting caller instead, as a
-// single op is (eager_completion.h).
+// results took 1.0-1.2 ms, and 0.4-0.6 ms when the engine instead hands the
+// completions to the executor's own thread pool (TensorEntry::finish_on;
+// benchmarks/README.md). Eagerly a hop costs a pool thread's wake-up (25 us
+// measured), so there a small group is finished by its waiting caller
+// instead, as a single op is (eager_completion.h).
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -57,8 +56,6 @@ class GroupedKernel : public CollectiveKernel {
         inline_wait.emplace(done, process_set_id_);
         finish = inline_wait->ForEngine();
       }
-    } else if (auto* runner = ctx->runner()) {
-      finish = [runner, done]() { (*runner)(done); };
     }
     auto remaining = std::make_shared<std::atomic<int>>(n);
     auto finish_one = [remaining, finish]() {
@@ -86,6 +83,7 @@ class GroupedKernel : public CollectiveKernel {
       ToEngineDtype(input.dtype(), &req.dtype);
       for (int d = 0; d < input.dims(); ++d) req.shape.push_back(input.dim_size(d));
       entries.push_back(MakeEntryForInput(ctx, i, name, kOp, output, finish_one));
+      if (!eager_) entries.back().finish_on = ctx->runner();
       req.device = entries.back().device;
       requests.push_back(std::move(req));
     }

@@ -66,12 +66,15 @@ TensorEntry MakeEntryForInput(tf::OpKernelContext* ctx, int index, const std::st
     *data = const_cast<char*>(out->tensor_data().data());
     return Status::OK();
   };
-  e.done = [ctx, done](const Status& s) {
-    StageProbe::Stamp(kProbeDone);
+  if (g_device_entry_hook) g_device_entry_hook(ctx, &e);
+  // The engine stamps a host batch's completion itself (OperationManager::
+  // Finish), before any hand-off to TensorFlow's threads.
+  const bool on_device = e.device != kCpuDevice;
+  e.done = [ctx, done, on_device](const Status& s) {
+    if (on_device) StageProbe::Stamp(kProbeDone);
     if (!s.ok()) ctx->SetStatus(ToTfStatus(s));
     done();
   };
-  if (g_device_entry_hook) g_device_entry_hook(ctx, &e);
   return e;
 }
 

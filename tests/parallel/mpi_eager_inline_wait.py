@@ -140,6 +140,30 @@ def test_a_grouped_op_in_a_function_finishes_through_the_executor():
     assert caller_finished() == 0
 
 
+def test_many_single_ops_in_a_function_finish_through_the_executor():
+    """In a graph each fused batch's completions go to TensorFlow's threads
+    in one task (TensorEntry::finish_on): every op of the batch gets its own
+    result, and ops of other kinds in the same function still finish."""
+    _restart(LONG_WAIT_US)
+    n, me = hvd.size(), hvd.rank()
+    tensors = [tf.constant(rank_input(me, (30, i + 1), np.float32, seed=i)) for i in range(40)]
+
+    @tf.function
+    def step(xs):
+        sums = [hvd.allreduce(x, op=hvd.Sum) for x in xs]
+        return sums, hvd.broadcast(xs[3], root_rank=n - 1), hvd.allgather(xs[5])
+
+    for _ in range(3):
+        sums, bcast, gathered = step(tensors)
+        for i in range(40):
+            np.testing.assert_allclose(sums[i].numpy(), sum(all_inputs((30, i + 1), np.float32, seed=i)),
+                                       rtol=1e-5)
+        np.testing.assert_array_equal(bcast.numpy(), rank_input(n - 1, (30, 4), np.float32, seed=3))
+        np.testing.assert_array_equal(gathered.numpy(),
+                                      np.concatenate(all_inputs((30, 6), np.float32, seed=5)))
+    assert caller_finished() == 0
+
+
 def test_an_error_reaches_the_waiting_caller_and_the_next_op_runs():
     _restart(LONG_WAIT_US)
     shape = [3] if hvd.rank() == 0 else [4]

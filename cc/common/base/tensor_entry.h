@@ -19,6 +19,9 @@ namespace tf_ring {
 // TensorEntry::device of a tensor in host memory.
 constexpr int kCpuDevice = -1;
 
+// Runs a task on a framework's own threads (TensorFlow's executor runner).
+using FrameworkScheduler = std::function<void(std::function<void()>)>;
+
 struct TensorEntry {
   std::string name;
   OpType op = OpType::kAllreduce;
@@ -33,6 +36,12 @@ struct TensorEntry {
   // Called exactly once when the collective is over: from the engine thread,
   // or for GPU tensors from the thread that watches the device.
   std::function<void(const Status&)> done;
+  // Optional, host tensors: where the framework wants `done` called when
+  // the collective completes normally. The entries of one batch that name
+  // the same scheduler are finished by one task on it (a framework's
+  // executor continues far faster on its own threads than on the engine's:
+  // benchmarks/README.md). Must stay valid until `done` is called.
+  const FrameworkScheduler* finish_on = nullptr;
   // kCpuDevice, or the CUDA device ordinal that `input`/`output` live on.
   int device = kCpuDevice;
   // GPU only: a cudaEvent_t the producer recorded after writing `input`
