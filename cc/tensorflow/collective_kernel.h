@@ -37,11 +37,9 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
     ToEngineDtype(input.dtype(), &request.dtype);
     for (int d = 0; d < input.dims(); ++d) request.shape.push_back(input.dim_size(d));
     std::optional<EagerCompletion> inline_wait;
-    if (eager_ && EagerCompletion::Applies(ctx, input.TotalBytes())) inline_wait.emplace(done, process_set_id_);
-    TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, inline_wait ? inline_wait->ForEngine() : done);
-    // In a graph, TensorFlow's executor goes on from `done` faster on its own
-    // threads: the engine hands each batch's completions to them at once.
-    if (!eager_) entry.finish_on = ctx->runner();
+    DoneCallback engine_done = eager_ ? WaitInlineIfSmall(ctx, input.TotalBytes(), done, &inline_wait) : done;
+    TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, std::move(engine_done));
+    entry.finish_on = FinishOn(ctx);
     request.device = entry.device;
     Status s = Engine::Get().Enqueue(std::move(entry), std::move(request), process_set_id_);
     if (!s.ok()) {  // nothing was queued: the engine will not call back
@@ -50,6 +48,21 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
       return;
     }
     if (inline_wait) inline_wait->WaitAndFinish();
+  }
+
+  // How a finished op reaches TensorFlow. Eagerly, a small op waits for its
+  // result on the caller's thread (eager_completion.h): `inline_wait` is set
+  // and the engine gets its marking callback in place of `done`.
+  DoneCallback WaitInlineIfSmall(::tensorflow::OpKernelContext* ctx, int64_t bytes, DoneCallback done,
+                                 std::optional<EagerCompletion>* inline_wait) const {
+    if (!EagerCompletion::Applies(ctx, bytes)) return done;
+    inline_wait->emplace(std::move(done), process_set_id_);
+    return (*inline_wait)->ForEngine();
+  }
+  // In a graph, TensorFlow's executor goes on from `done` faster on its own
+  // threads: the engine hands each batch's completions to them at once.
+  const FrameworkScheduler* FinishOn(::tensorflow::OpKernelContext* ctx) const {
+    return eager_ ? nullptr : ctx->runner();
   }
 
   std::string tensor_name_;

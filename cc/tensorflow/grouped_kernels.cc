@@ -47,16 +47,9 @@ class GroupedKernel : public CollectiveKernel {
                             "Reshape it to [1] first."),
                         done);
     }
-    int64_t total_bytes = 0;
-    for (int i = 0; i < n; ++i) total_bytes += ctx->input(i).TotalBytes();
     std::optional<EagerCompletion> inline_wait;
-    DoneCallback finish = done;
-    if (eager_) {
-      if (EagerCompletion::Applies(ctx, total_bytes)) {
-        inline_wait.emplace(done, process_set_id_);
-        finish = inline_wait->ForEngine();
-      }
-    }
+    DoneCallback finish = eager_ ? WaitInlineIfSmall(ctx, TotalInputBytes(ctx), done, &inline_wait) : done;
+    const FrameworkScheduler* finish_on = FinishOn(ctx);
     auto remaining = std::make_shared<std::atomic<int>>(n);
     auto finish_one = [remaining, finish]() {
       if (remaining->fetch_sub(1) == 1) finish();
@@ -83,7 +76,7 @@ class GroupedKernel : public CollectiveKernel {
       ToEngineDtype(input.dtype(), &req.dtype);
       for (int d = 0; d < input.dims(); ++d) req.shape.push_back(input.dim_size(d));
       entries.push_back(MakeEntryForInput(ctx, i, name, kOp, output, finish_one));
-      if (!eager_) entries.back().finish_on = ctx->runner();
+      entries.back().finish_on = finish_on;
       req.device = entries.back().device;
       requests.push_back(std::move(req));
     }
@@ -97,6 +90,12 @@ class GroupedKernel : public CollectiveKernel {
   }
 
  private:
+  static int64_t TotalInputBytes(tf::OpKernelContext* ctx) {
+    int64_t bytes = 0;
+    for (int i = 0; i < ctx->num_inputs(); ++i) bytes += ctx->input(i).TotalBytes();
+    return bytes;
+  }
+
   ReduceOp reduce_op_ = ReduceOp::kSum;
   float prescale_ = 1.0f, postscale_ = 1.0f;
 };
