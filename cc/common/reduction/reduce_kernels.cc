@@ -30,6 +30,42 @@ void ReduceTyped(void* dst, const void* a, const void* b, int64_t n, ReduceOp op
   }
 }
 
+// One sweep, two destinations: the shared-memory allreduce's reduced slice
+// goes to the copy its peers read and to this rank's output without a
+// second pass over memory.
+template <typename T, typename S, typename F>
+void LoopBoth(void* dst, void* copy, const void* a, const void* b, int64_t n, S factor, F f) {
+  T* d = static_cast<T*>(dst);
+  T* c = static_cast<T*>(copy);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  if (factor == S(1)) {
+    for (int64_t i = 0; i < n; ++i) d[i] = c[i] = f(x[i], y[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = f(x[i], y[i]);
+    d[i] = c[i] = static_cast<T>(v * factor);  // rounded as ScaleBuffer rounds it
+  }
+}
+
+template <typename T, typename S>
+void ReduceBothTyped(void* dst, void* copy, const void* a, const void* b, int64_t n, ReduceOp op,
+                     S factor) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+    case ReduceOp::kAdasum:
+      LoopBoth<T>(dst, copy, a, b, n, factor, [](T x, T y) { return static_cast<T>(x + y); });
+      break;
+    case ReduceOp::kMin: LoopBoth<T>(dst, copy, a, b, n, factor, [](T x, T y) { return std::min(x, y); }); break;
+    case ReduceOp::kMax: LoopBoth<T>(dst, copy, a, b, n, factor, [](T x, T y) { return std::max(x, y); }); break;
+    case ReduceOp::kProduct:
+      LoopBoth<T>(dst, copy, a, b, n, factor, [](T x, T y) { return static_cast<T>(x * y); });
+      break;
+  }
+}
+
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
 void Reduce16(void* dst, const void* a, const void* b, int64_t n, ReduceOp op) {
   uint16_t* d = static_cast<uint16_t*>(dst);
@@ -99,6 +135,35 @@ void ReduceInto(void* dst, const void* a, const void* b, int64_t count, DataType
     case DataType::kFloat16: Reduce16<HalfToFloat, FloatToHalf>(dst, a, b, count, op); break;
     case DataType::kBFloat16: Reduce16<BFloat16ToFloat, FloatToBFloat16>(dst, a, b, count, op); break;
     case DataType::kBool: break;
+  }
+}
+
+bool ReducesIntoBoth(DataType dtype, double factor) {
+  switch (dtype) {
+    case DataType::kFloat32:
+    case DataType::kFloat64: return true;
+    case DataType::kInt32:
+    case DataType::kInt64:
+    case DataType::kUint8:
+    case DataType::kInt8:
+    case DataType::kUint16:
+    case DataType::kInt16: return factor == 1.0;  // else ScaleBuffer's double-and-truncate
+    default: return false;
+  }
+}
+
+void ReduceScaleIntoBoth(void* dst, void* copy, const void* a, const void* b, int64_t count,
+                         DataType dtype, ReduceOp op, double factor) {
+  switch (dtype) {
+    case DataType::kFloat32: ReduceBothTyped<float>(dst, copy, a, b, count, op, static_cast<float>(factor)); break;
+    case DataType::kFloat64: ReduceBothTyped<double>(dst, copy, a, b, count, op, factor); break;
+    case DataType::kInt32: ReduceBothTyped<int32_t>(dst, copy, a, b, count, op, 1); break;
+    case DataType::kInt64: ReduceBothTyped<int64_t>(dst, copy, a, b, count, op, 1); break;
+    case DataType::kUint8: ReduceBothTyped<uint8_t>(dst, copy, a, b, count, op, 1); break;
+    case DataType::kInt8: ReduceBothTyped<int8_t>(dst, copy, a, b, count, op, 1); break;
+    case DataType::kUint16: ReduceBothTyped<uint16_t>(dst, copy, a, b, count, op, 1); break;
+    case DataType::kInt16: ReduceBothTyped<int16_t>(dst, copy, a, b, count, op, 1); break;
+    default: break;  // not covered: see ReducesIntoBoth
   }
 }
 

@@ -39,6 +39,10 @@ Status ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const Reduc
   const int64_t total = total_bytes / elem;
   const int64_t chunk_elems = static_cast<int64_t>(shm->area_bytes()) / elem;
   Status status;
+  // The one-sweep finish needs nothing between the local reduction and the
+  // output: no other hosts to combine with, no exact integer division.
+  const bool one_sweep = !across && n > 1 && spec.integer_divisor <= 1 &&
+                         ReducesIntoBoth(spec.dtype, spec.postscale);
 
   for (int64_t first = 0, chunk = 0; first < total; first += chunk_elems, ++chunk) {
     const int64_t len = std::min(chunk_elems, total - first);
@@ -59,7 +63,9 @@ Status ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const Reduc
     if (!shm->Barrier()) return PeerLostStatus();  // a local rank died
 
     // 2. Reduce this rank's slice into its published copy (combining with
-    // the other hosts' when there are any), scale it, write it out.
+    // the other hosts' when there are any), scale it, write it out. With
+    // nothing to do between the last local pass and the output, that pass
+    // writes both at once (one sweep over memory fewer).
     const int64_t mine = slice_begin(me) * elem;
     char* published = shm->result_area(me, buffer) + mine;
     ForEachPiece(spans, first * elem + mine, slice_len(me) * elem,
@@ -73,21 +79,32 @@ Status ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const Reduc
                    };
                    if (n == 1) {
                      std::memcpy(dst, s.in + at, k);
+                     return;
+                   }
+                   const char* first_source = source(0);
+                   for (int q = 1; q < n - 1; ++q) {
+                     ReduceInto(dst, first_source, source(q), k / elem, spec.dtype, spec.op);
+                     first_source = dst;
+                   }
+                   if (one_sweep) {
+                     ReduceScaleIntoBoth(dst, s.out + at, first_source, source(n - 1), k / elem,
+                                         spec.dtype, spec.op, spec.postscale);
                    } else {
-                     ReduceInto(dst, source(0), source(1), k / elem, spec.dtype, spec.op);
-                     for (int q = 2; q < n; ++q) ReduceInto(dst, dst, source(q), k / elem, spec.dtype, spec.op);
+                     ReduceInto(dst, first_source, source(n - 1), k / elem, spec.dtype, spec.op);
                    }
                  });
-    if (across) {
-      Status s = across(published, slice_len(me));
-      if (status.ok()) status = s;  // keep going: the other ranks' barriers wait for this one
+    if (!one_sweep) {
+      if (across) {
+        Status s = across(published, slice_len(me));
+        if (status.ok()) status = s;  // keep going: the other ranks' barriers wait for this one
+      }
+      if (spec.integer_divisor > 1) DivideIntegers(published, slice_len(me), spec.dtype, spec.integer_divisor);
+      ScaleBuffer(published, slice_len(me), spec.dtype, spec.postscale);
+      ForEachPiece(spans, first * elem + mine, slice_len(me) * elem,
+                   [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
+                     std::memcpy(s.out + at, published + rel, k);
+                   });
     }
-    if (spec.integer_divisor > 1) DivideIntegers(published, slice_len(me), spec.dtype, spec.integer_divisor);
-    ScaleBuffer(published, slice_len(me), spec.dtype, spec.postscale);
-    ForEachPiece(spans, first * elem + mine, slice_len(me) * elem,
-                 [&](const Span& s, int64_t at, int64_t rel, int64_t k) {
-                   std::memcpy(s.out + at, published + rel, k);
-                 });
     if (!shm->Barrier()) return PeerLostStatus();  // a local rank died
 
     // 3. Copy the other ranks' reduced slices out.
