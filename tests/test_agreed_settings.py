@@ -29,8 +29,8 @@ WARNINGS = [
     ("others", 'TF_RING_FUSION_THRESHOLD is unset (default 67108864) on this rank but "0" on rank 0'),
     ("last", 'TF_RING_CACHE_CAPACITY is "2" on this rank but unset (default 1024) on rank 0'),
     ("last", 'TF_RING_SHM is "0" on this rank but unset (default 1) on rank 0'),
-    ("last", 'TF_RING_SHM_CHUNK_BYTES is "4096" on this rank but unset (default 1048576, '
-             '4194304 when hierarchical) on rank 0'),
+    ("last", 'TF_RING_SHM_CHUNK_BYTES is "4096" on this rank but unset (default 4194304) on '
+             'rank 0'),
     ("last", 'TF_RING_CYCLE_TIME is "7" on this rank but unset (default 0) on rank 0'),
     ("last", 'TF_RING_HIERARCHICAL is "sideways" on this rank but unset (default auto) on rank 0'),
     ("last", 'TF_RING_HIERARCHICAL is "0" on this rank but unset (default auto) on rank 0'),

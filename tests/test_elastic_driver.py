@@ -338,8 +338,9 @@ def test_a_rank_lost_inside_a_shared_memory_allreduce(tmp_path, ranks):
     jobs = os.path.join(REPO, "tests", "elastic_jobs")
     discover = script(tmp_path, "echo $(uname -n):%d\n" % ranks)
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
-               # 128 barriers per step's allreduce: die half-way through step 4's
-               TF_RING_TEST_DIE_AT_SHM_BARRIER="%d:%d" % (ranks - 1, 4 * 128 + 64))
+               # 32 barriers per step's allreduce (4 MiB chunks): die half-way
+               # through step 4's
+               TF_RING_TEST_DIE_AT_SHM_BARRIER="%d:%d" % (ranks - 1, 4 * 32 + 16))
     done = run_job([sys.executable, "-m", "tf_ring.run", "-np", str(ranks), "--min-np", "1",
                     "--host-discovery-script", discover, "--recovery", "in-process",
                     sys.executable, os.path.join(jobs, "shm_loss_job.py")], env)

@@ -34,12 +34,15 @@ constexpr std::chrono::microseconds kIdleWake(2000);
 // so a rank sharing its cores with TensorFlow does not starve it.
 constexpr std::chrono::microseconds kSpinAfterWork(50);
 
-// Chosen by measurement (benchmarks/README.md): small enough that a chunk
-// stays in cache between staging and reduction.
-constexpr double kDefaultShmChunkBytes = 1 << 20;
-// Across hosts each chunk is also one network round per rank; fewer, larger
-// rounds measured 3-4x faster on simulated hosts (benchmarks/README.md).
-constexpr double kDefaultHierarchicalChunkBytes = 4 << 20;
+// Chosen by measurement (benchmarks/README.md, "Chunks that do not
+// bounce"): large enough that a staged line has left the peer's caches
+// before it is staged again, which matters when ranks sit on different
+// L3s; small enough that two buffers of every local rank fit one L3. Across
+// hosts each chunk is also one network round per rank, and fewer, larger
+// rounds measured 3-4x faster on simulated hosts.
+constexpr double kDefaultShmChunkBytes = 4 << 20;
+// Where a host's /dev/shm cannot hold the default (Docker's is 64 MB).
+constexpr double kFallbackShmChunkBytes = 1 << 20;
 
 // Every rank runs with rank 0's settings (see agreed_settings.h): rank 0's
 // texts go to every rank on the engine's communicator, and a rank whose own
@@ -126,10 +129,10 @@ Status Engine::Init(const void* mpi_comm) {
   impl->set_options.stall_shutdown_seconds = settings.stall_shutdown_seconds;
   if (settings.shm) {
     impl->set_options.shm_single_copy = settings.shm_single_copy;
-    impl->set_options.shm_area_bytes = static_cast<size_t>(
-        settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes : kDefaultShmChunkBytes);
-    impl->set_options.hierarchical_area_bytes = static_cast<size_t>(
-        settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes : kDefaultHierarchicalChunkBytes);
+    const bool chunk_set = settings.shm_chunk_bytes >= 0;
+    impl->set_options.shm_area_bytes =
+        static_cast<size_t>(chunk_set ? settings.shm_chunk_bytes : kDefaultShmChunkBytes);
+    impl->set_options.shm_fallback_bytes = chunk_set ? 0 : static_cast<size_t>(kFallbackShmChunkBytes);
   }
   impl->set_options.hierarchical = settings.hierarchical;
   HostCounts host_counts;
@@ -142,11 +145,10 @@ Status Engine::Init(const void* mpi_comm) {
   ShmSegment* shm = nullptr;
   const bool one_node = impl->mpi.local_size() == impl->mpi.size();
   if ((one_node && host_counts.shm_allowed) || hierarchy.hierarchical) {
-    const double chunk = settings.shm_chunk_bytes >= 0 ? settings.shm_chunk_bytes
-                         : hierarchy.hierarchical      ? kDefaultHierarchicalChunkBytes
-                                                       : kDefaultShmChunkBytes;
-    s = impl->shm.Init(impl->mpi.local_comm(), static_cast<size_t>(chunk), settings.shm_single_copy,
-                       impl->mpi.rank());
+    s = impl->shm.InitEverywhere(impl->mpi.comm(), impl->mpi.local_comm(),
+                                 impl->set_options.shm_area_bytes,
+                                 impl->set_options.shm_fallback_bytes, settings.shm_single_copy,
+                                 impl->mpi.rank());
     if (!s.ok()) return s;
     shm = &impl->shm;
   }

@@ -38,7 +38,7 @@ const Setting kSettings[] = {
     {"TF_RING_CYCLE_TIME", Kind::kNumber, 0, "0"},
     {"TF_RING_CACHE_CAPACITY", Kind::kNumber, 1024, "1024"},
     {"TF_RING_SHM", Kind::kSwitch, 1, "1"},
-    {"TF_RING_SHM_CHUNK_BYTES", Kind::kNumber, -1, "1048576, 4194304 when hierarchical"},
+    {"TF_RING_SHM_CHUNK_BYTES", Kind::kNumber, -1, "4194304"},
     {"TF_RING_HIERARCHICAL", Kind::kHierarchical, 0, "auto"},
     {"TF_RING_STALL_CHECK_TIME_SECONDS", Kind::kNumber, 60, "60"},
     {"TF_RING_STALL_SHUTDOWN_TIME_SECONDS", Kind::kNumber, 0, "0"},

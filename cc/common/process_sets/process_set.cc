@@ -46,8 +46,8 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
   const bool one_host = mpi_.local_size() == mpi_.size();
   ShmSegment* shm = nullptr;
   if (mpi_.size() > 1 && ((one_host && counts.shm_allowed) || hierarchical_)) {
-    const size_t area = hierarchical_ ? options.hierarchical_area_bytes : options.shm_area_bytes;
-    s = shm_.Init(mpi_.local_comm(), area, options.shm_single_copy, my_rank_);
+    s = shm_.InitEverywhere(mpi_.comm(), mpi_.local_comm(), options.shm_area_bytes,
+                            options.shm_fallback_bytes, options.shm_single_copy, my_rank_);
     if (!s.ok()) return s;
     shm = &shm_;
     if (FaultTolerantMode() && !ShmSegment::WatchedEverywhere(mpi_.comm(), shm)) {

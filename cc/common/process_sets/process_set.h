@@ -30,13 +30,13 @@ struct ProcessSetOptions {
   // and past stall_shutdown_seconds (0: never) fails them and stops the engine.
   double stall_check_seconds = 0;
   double stall_shutdown_seconds = 0;
-  // Shared-memory staging per member for sets whose members share one host
-  // (0: plain MPI only, as with TF_RING_SHM=0).
+  // Shared-memory chunk per member, for sets whose members share one host
+  // or go hierarchical (several members on each host, as many on every
+  // host: TF_RING_HIERARCHICAL decides, as for the global set); 0: plain
+  // MPI only, as with TF_RING_SHM=0. The smaller chunk is used where a
+  // host's /dev/shm cannot hold the default (0: the chunk was set, no fallback).
   size_t shm_area_bytes = 0;
-  // The same when the set goes hierarchical (it spans hosts with several
-  // members on each, as many on every host): TF_RING_HIERARCHICAL decides,
-  // as for the global set.
-  size_t hierarchical_area_bytes = 0;
+  size_t shm_fallback_bytes = 0;
   HierarchicalMode hierarchical = HierarchicalMode::kAuto;
   bool shm_single_copy = false;  // large allreduces read peers' tensors directly
   // The engine's timeline (it records only where it was started, rank 0).

@@ -154,6 +154,26 @@ Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy
   return Status::OK();
 }
 
+Status ShmSegment::InitEverywhere(MPI_Comm comm, MPI_Comm local_comm, size_t area_bytes,
+                                  size_t fallback_bytes, bool single_copy, int owner_rank) {
+  Status s = Init(local_comm, area_bytes, single_copy, owner_rank);
+  if (fallback_bytes == 0 || fallback_bytes >= area_bytes) return s;
+  int ok = s.ok() ? 1 : 0, everywhere = 0;
+  MPI_Allreduce(&ok, &everywhere, 1, MPI_INT, MPI_MIN, comm);
+  if (everywhere) return s;
+  Release();
+  int comm_rank = 0;
+  MPI_Comm_rank(comm, &comm_rank);
+  if (comm_rank == 0) {
+    Log(LogLevel::kWarning, "shared memory: " + std::to_string(area_bytes >> 10) +
+                                " KB chunks do not fit in some host's /dev/shm (" +
+                                (s.ok() ? std::string("another host") : s.message()) + "); using " +
+                                std::to_string(fallback_bytes >> 10) +
+                                " KB chunks. A larger /dev/shm (docker --shm-size) restores the default.");
+  }
+  return Init(local_comm, fallback_bytes, single_copy, owner_rank);
+}
+
 void ShmSegment::Release(bool abort_waiters) {
   if (base_ != nullptr) {
     if (abort_waiters) {

@@ -32,6 +32,13 @@ class ShmSegment {
   // them (see cross_memory.h). `owner_rank` is this rank's number in the
   // engine's communicator, for the message that names a dead peer.
   Status Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy = false, int owner_rank = -1);
+  // Init, collective over `comm` (all of the set's ranks, `local_comm` this
+  // host's share of them): where some host cannot reserve areas of
+  // `area_bytes` (a small /dev/shm), every host maps `fallback_bytes`
+  // instead, so all hosts still cut a buffer into the same chunks. A
+  // fallback of 0 (or no smaller) means none: the error stands.
+  Status InitEverywhere(MPI_Comm comm, MPI_Comm local_comm, size_t area_bytes, size_t fallback_bytes,
+                        bool single_copy, int owner_rank);
   // Local. `abort_waiters`: first tell every local rank waiting in Barrier()
   // to give up (this rank will not arrive any more).
   void Release(bool abort_waiters = false);
