@@ -1,0 +1,128 @@
+"""Shared-memory chunk sizes side by side: a 64 MB allreduce and the
+160-gradient step (21.6 MB, one fused batch), engine restarted with each
+TF_RING_SHM_CHUNK_BYTES in turn, blocks interleaved, with mpi4py on the
+same buffers. Each block is tagged by the core-to-core latency between
+CPUs 0 and 1 before and after it (benchmarks/shm_chunk_probe.cc, compiled
+on first use): under 100 ns the ranks' cores share an L3, over 120 ns they
+sit on two chiplets; a block that changed state counts for neither.
+
+    tfringrun -np 2 python benchmarks/shm_chunk_ab.py [--blocks 6]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+from mpi4py import MPI
+
+import tf_ring as hvd
+from bench_util import print_table
+from gradient_step import aligned_empty, engine_alone, gradient_sizes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.join(tempfile.gettempdir(), "tf_ring_shm_chunk_probe")
+CHUNKS = [1 << 20, 2 << 20, 4 << 20]
+
+
+def build_probe(comm):
+    if comm.rank == 0 and not os.path.exists(PROBE):
+        subprocess.run(["g++", "-O3", "-march=native", "-o", PROBE,
+                        os.path.join(HERE, "shm_chunk_probe.cc")], check=True)
+    comm.Barrier()
+
+
+def one_way_ns(comm):
+    """Rank 0 runs the probe while the other ranks sleep (off the CPUs)."""
+    comm.Barrier()
+    ns = 0.0
+    if comm.rank == 0:
+        ns = float(subprocess.run([PROBE, "--one-way"], capture_output=True, text=True,
+                                  check=True).stdout)
+    else:
+        time.sleep(0.15)
+    return comm.bcast(ns, root=0)
+
+
+def median_of(fn, comm, repeats):
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--blocks", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=8)
+    args = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    build_probe(comm)
+    hvd.init()
+    rng = np.random.default_rng(hvd.rank())
+    big = rng.random(16 << 20, dtype=np.float32)
+    big_out = np.empty_like(big)
+    big_tensor = tf.constant(big)
+    grads = [aligned_empty(int(n)) for n in gradient_sizes()]
+    for g in grads:
+        g[:] = rng.random(g.size, dtype=np.float32)
+    grad_outs = [aligned_empty(g.size) for g in grads]
+    grad_tensors = [tf.constant(g) for g in grads]
+    grouped = tf.function(lambda *xs: hvd.grouped_allreduce(list(xs), op=hvd.Sum, name="chunk_ab_step"))
+
+    works = {
+        "64 MB eager allreduce": lambda: hvd.allreduce(big_tensor, op=hvd.Sum, name="chunk_ab")._numpy(),
+        "160-gradient step, engine alone": lambda: engine_alone(grads, grad_outs),
+        "160-gradient step, grouped tf.function": lambda: grouped(*grad_tensors)[-1]._numpy(),
+    }
+    mpi_works = {
+        "64 MB eager allreduce": lambda: comm.Allreduce(big, big_out, op=MPI.SUM),
+        "160-gradient step, engine alone": lambda: [comm.Allreduce(g, o, op=MPI.SUM) for g, o in zip(grads, grad_outs)],
+    }
+    mpi_works["160-gradient step, grouped tf.function"] = mpi_works["160-gradient step, engine alone"]
+    times = {(w, c, s): [] for w in works for c in CHUNKS + ["mpi4py"] for s in ("one L3", "two chiplets")}
+    for block in range(args.blocks):
+        for chunk in CHUNKS:
+            hvd.shutdown()
+            os.environ["TF_RING_SHM_CHUNK_BYTES"] = str(chunk)
+            hvd.init()
+            for fn in works.values():
+                fn()  # warm-up: negotiation, tracing
+            before = one_way_ns(comm)
+            measured = {w: median_of(fn, comm, args.repeats) for w, fn in works.items()}
+            measured_mpi = {w: median_of(fn, comm, max(3, args.repeats // 2)) for w, fn in mpi_works.items()}
+            after = one_way_ns(comm)
+            state = ("one L3" if max(before, after) < 100 else
+                     "two chiplets" if min(before, after) > 120 else None)
+            if hvd.rank() == 0:
+                print("block %d, %d KB chunks, one way %.0f/%.0f ns (%s): %s" % (
+                    block, chunk >> 10, before, after, state or "changed, not counted",
+                    ", ".join("%.2f ms" % (1e3 * t) for t in measured.values())), flush=True)
+            if state:
+                for w in works:
+                    times[(w, chunk, state)].append(measured[w])
+                    times[(w, "mpi4py", state)].append(measured_mpi[w])
+    os.environ.pop("TF_RING_SHM_CHUNK_BYTES", None)
+    if hvd.rank() != 0:
+        return
+
+    def cell(values):
+        return "%.2f (%d)" % (1e3 * statistics.median(values), len(values)) if values else "-"
+
+    rows = []
+    for w in works:
+        for c in CHUNKS + ["mpi4py"]:
+            label = c if c == "mpi4py" else "%d MiB chunks" % (c >> 20)
+            rows.append([w, label] + [cell(times[(w, c, s)]) for s in ("one L3", "two chiplets")])
+    print_table("Shared-memory chunk sizes, %d ranks: median ms (blocks counted) by the state of the "
+                "ranks' cores" % hvd.size(), ["work", "run with", "one L3", "two chiplets"], rows)
+
+
+if __name__ == "__main__":
+    main()
