@@ -10,7 +10,7 @@ import tensorflow as tf
 from mpi4py import MPI
 
 import tf_ring as hvd
-from bench_util import memory_bandwidth_gbs, ms, print_table, timed
+from bench_util import core_label, core_latency_ns, ms, print_table, timed
 
 
 def landed(result):
@@ -47,25 +47,24 @@ def main():
         def run_function():
             landed(fn(tensor))
 
-        bandwidth_before = memory_bandwidth_gbs()
+        cores_before = core_latency_ns()
         t_mpi, _ = timed(run_mpi, reps)
         t_eager, _ = timed(run_eager, reps)
         t_fn, _ = timed(run_function, reps)
-        bandwidth_after = memory_bandwidth_gbs()
+        cores_after = core_latency_ns()
         rows.append([_human(size_bytes), ms(t_mpi), ms(t_eager), ms(t_fn),
                      "%.2fx" % (t_mpi / t_eager), "%.2fx" % (t_mpi / t_fn),
                      "%.2f" % (size_bytes / t_eager / 1e9),
-                     "%.0f/%.0f" % (bandwidth_before, bandwidth_after)])
+                     core_label(cores_before, cores_after)])
         size_bytes *= 4
     print_table("Allreduce sweep, float32, %d ranks (median ms; speedup = mpi4py time / tf_ring time)"
                 % hvd.size(),
                 ["size", "mpi4py", "tf_ring eager", "tf_ring tf.function", "speedup eager",
-                 "speedup fn", "eager GB/s", "memcpy GB/s"], rows)
+                 "speedup fn", "eager GB/s", "cores"], rows)
     if hvd.rank() == 0:
-        print("memcpy GB/s: what each rank copied per second while all copied at once, before/after "
-              "the row. On the 2-core EPYC VM, about 10 means the ranks' cores share an L3 and about "
-              "20 that they sit on two chiplets, where large allreduces run about 1.6x slower "
-              "(benchmarks/README.md, 'The 64 MB slow mode').")
+        print("cores: the one-way cache-line latency between CPUs 0 and 1 before/after the row "
+              "(bench_util.core_latency_ns), and the state it shows: one L3 under 100 ns, two "
+              "chiplets over 120 ns (benchmarks/README.md, 'Chunks that do not bounce').")
 
 
 def _human(b):

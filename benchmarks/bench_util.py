@@ -90,18 +90,46 @@ def ms(seconds):
     return "%.3f" % (seconds * 1e3)
 
 
-def memory_bandwidth_gbs(seconds=0.3, mb=16):
-    """GB/s one rank copies between two buffers while every rank does the
-    same (the slowest rank's figure). Large allreduces inside one host are
-    bound by it, and on a shared VM it changes from second to second."""
-    import numpy as np
+_PROBE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shm_chunk_probe.cc")
+_PROBE = os.path.join(os.environ.get("TMPDIR", "/tmp"), "tf_ring_shm_chunk_probe")
+
+
+def core_latency_ns():
+    """One-way cache-line latency between CPUs 0 and 1 (shm_chunk_probe.cc,
+    compiled on first use), measured by rank 0 while the other ranks sleep
+    off the CPUs; None where it cannot be built. On the 2-core EPYC VM under
+    100 ns means the ranks' cores share an L3 and over 120 ns that they sit
+    on two chiplets, where staged shared-memory traffic slows
+    (benchmarks/README.md, 'Chunks that do not bounce'). Another job busy on
+    those CPUs makes it read high too: benchmark an idle machine."""
+    import subprocess
     comm = MPI.COMM_WORLD
-    src = np.ones(mb << 18, np.float32)
-    dst = np.empty_like(src)
+    ns = None
     comm.Barrier()
-    copied, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        np.copyto(dst, src)
-        copied += src.nbytes
-    rate = copied / (time.perf_counter() - start) / 1e9
-    return comm.allreduce(rate, op=MPI.MIN)
+    if comm.rank == 0:
+        try:
+            if not os.path.exists(_PROBE):
+                subprocess.run(["g++", "-O3", "-march=native", "-o", _PROBE, _PROBE_SOURCE],
+                               check=True, capture_output=True)
+            ns = float(subprocess.run([_PROBE, "--one-way"], capture_output=True, text=True,
+                                      check=True).stdout)
+        except (OSError, subprocess.CalledProcessError, ValueError):
+            ns = None
+    else:
+        time.sleep(0.15)
+    return comm.bcast(ns, root=0)
+
+
+def core_label(before, after):
+    """'45/52 ns, one L3': two core_latency_ns() readings and the state they agree on."""
+    show = lambda ns: "?" if ns is None else "%.0f" % ns
+    state = core_state(before) if core_state(before) == core_state(after) else "changed"
+    return "%s/%s ns, %s" % (show(before), show(after), state)
+
+
+def core_state(ns):
+    """'one L3', 'two chiplets' or '?' for a core_latency_ns() reading."""
+    if ns is None:
+        return "?"
+    return "one L3" if ns < 100 else "two chiplets" if ns > 120 else "?"
+

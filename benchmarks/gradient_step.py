@@ -33,7 +33,7 @@ from mpi4py import MPI
 
 import tf_ring as hvd
 from tf_ring._library import ENGINE
-from bench_util import interleaved, memory_bandwidth_gbs, ms, print_table, stamped_runs, timed
+from bench_util import core_label, core_latency_ns, interleaved, ms, print_table, stamped_runs, timed
 
 
 def gradient_sizes(count=160, seed=1234):
@@ -238,7 +238,7 @@ def main():
     for got, o in zip(engine_outs, outs):
         np.testing.assert_allclose(got, o, rtol=1e-6)
 
-    bandwidth_before = memory_bandwidth_gbs()
+    cores_before = core_latency_ns()
     before = hvd.stats()
     timed(run_step, STATS_STEPS, warmup=0)  # the engine's counters for the 160 ops form
     after = hvd.stats()
@@ -248,7 +248,7 @@ def main():
     t_ring, t_grouped, t_identity = times["ops"], times["grouped"], times["identity"]
     t_engine, t_sep, t_cat = times["engine"], times["separate"], times["concatenated"]
     stages = grouped_stages(run_grouped, args.repeats)
-    bandwidth_after = memory_bandwidth_gbs()
+    cores_after = core_latency_ns()
     total_mb = flat.nbytes / 2**20
     rows = [
         ["tf_ring, one tf.function", ms(t_ring), "%.2f" % (t_ring / t_sep)],
@@ -272,8 +272,7 @@ def main():
                                                       (stages["call to kernel"] + stages["return"]) * 1e3))
         print("the training step with tf_ring's grouped_allreduce: %.2fx TensorFlow + mpi4py's" % step_ratio)
         steps = STATS_STEPS
-        print("concurrent memcpy per rank before/after: %.0f/%.0f GB/s (see allreduce_sweep.py)"
-              % (bandwidth_before, bandwidth_after))
+        print("cores before/after (see allreduce_sweep.py): %s" % core_label(cores_before, cores_after))
         print("engine per step: %.1f cycles, %.1f negotiations, %.1f fused batches, %.0f cache hits"
               % tuple((after[k] - before[k]) / steps
                       for k in ("cycles", "negotiations", "fused_batches", "cache_hits")))

@@ -12,7 +12,7 @@ import tensorflow as tf
 from mpi4py import MPI
 
 import tf_ring as hvd
-from bench_util import print_table, timed
+from bench_util import core_label, core_latency_ns, print_table, timed
 
 
 def main():
@@ -29,9 +29,11 @@ def main():
     out = np.empty_like(data)
     tensor = tf.constant(data)
 
+    cores_before = core_latency_ns()
     t_mpi, min_mpi = timed(lambda: comm.Allreduce(data, out, op=MPI.SUM), args.repeats, warmup=20)
     t_ring, min_ring = timed(lambda: hvd.allreduce(tensor, op=hvd.Sum), args.repeats, warmup=20)
     t_identity, _ = timed(lambda: tf.identity(tensor), args.repeats, warmup=20)
+    cores_after = core_latency_ns()
     us = lambda s: "%.1f" % (s * 1e6)
     ratio = lambda t: "%.2fx" % (t / t_identity)
     print_table("Lone 4 KB eager allreduce, %d ranks%s (microseconds)"
@@ -41,6 +43,8 @@ def main():
                  ["tf_ring eager allreduce", us(t_ring), us(min_ring),
                   ratio(t_ring) + " (goal <= 2x)"],
                  ["(TF eager tf.identity, for scale)", us(t_identity), "", "1.00x"]])
+    if hvd.rank() == 0:
+        print("cores before/after (see allreduce_sweep.py): %s" % core_label(cores_before, cores_after))
 
 
 if __name__ == "__main__":

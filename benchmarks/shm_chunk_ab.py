@@ -11,8 +11,6 @@ sit on two chiplets; a block that changed state counts for neither.
 import argparse
 import os
 import statistics
-import subprocess
-import tempfile
 import time
 
 import numpy as np
@@ -20,31 +18,10 @@ import tensorflow as tf
 from mpi4py import MPI
 
 import tf_ring as hvd
-from bench_util import print_table
+from bench_util import core_label, core_latency_ns, core_state, print_table
 from gradient_step import aligned_empty, engine_alone, gradient_sizes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROBE = os.path.join(tempfile.gettempdir(), "tf_ring_shm_chunk_probe")
 CHUNKS = [1 << 20, 2 << 20, 4 << 20]
-
-
-def build_probe(comm):
-    if comm.rank == 0 and not os.path.exists(PROBE):
-        subprocess.run(["g++", "-O3", "-march=native", "-o", PROBE,
-                        os.path.join(HERE, "shm_chunk_probe.cc")], check=True)
-    comm.Barrier()
-
-
-def one_way_ns(comm):
-    """Rank 0 runs the probe while the other ranks sleep (off the CPUs)."""
-    comm.Barrier()
-    ns = 0.0
-    if comm.rank == 0:
-        ns = float(subprocess.run([PROBE, "--one-way"], capture_output=True, text=True,
-                                  check=True).stdout)
-    else:
-        time.sleep(0.15)
-    return comm.bcast(ns, root=0)
 
 
 def median_of(fn, comm, repeats):
@@ -63,7 +40,6 @@ def main():
     parser.add_argument("--repeats", type=int, default=8)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    build_probe(comm)
     hvd.init()
     rng = np.random.default_rng(hvd.rank())
     big = rng.random(16 << 20, dtype=np.float32)
@@ -94,15 +70,14 @@ def main():
             hvd.init()
             for fn in works.values():
                 fn()  # warm-up: negotiation, tracing
-            before = one_way_ns(comm)
+            before = core_latency_ns()
             measured = {w: median_of(fn, comm, args.repeats) for w, fn in works.items()}
             measured_mpi = {w: median_of(fn, comm, max(3, args.repeats // 2)) for w, fn in mpi_works.items()}
-            after = one_way_ns(comm)
-            state = ("one L3" if max(before, after) < 100 else
-                     "two chiplets" if min(before, after) > 120 else None)
+            after = core_latency_ns()
+            state = core_state(before) if core_state(before) == core_state(after) != "?" else None
             if hvd.rank() == 0:
-                print("block %d, %d KB chunks, one way %.0f/%.0f ns (%s): %s" % (
-                    block, chunk >> 10, before, after, state or "changed, not counted",
+                print("block %d, %d KB chunks, %s%s: %s" % (
+                    block, chunk >> 10, core_label(before, after), "" if state else " (not counted)",
                     ", ".join("%.2f ms" % (1e3 * t) for t in measured.values())), flush=True)
             if state:
                 for w in works:
