@@ -11,27 +11,16 @@ sit on two chiplets; a block that changed state counts for neither.
 import argparse
 import os
 import statistics
-import time
 
 import numpy as np
 import tensorflow as tf
 from mpi4py import MPI
 
 import tf_ring as hvd
-from bench_util import core_label, core_latency_ns, core_state, print_table
+from bench_util import core_label, core_latency_ns, core_state, print_table, timed
 from gradient_step import aligned_empty, engine_alone, gradient_sizes
 
 CHUNKS = [1 << 20, 2 << 20, 4 << 20]
-
-
-def median_of(fn, comm, repeats):
-    times = []
-    for _ in range(repeats):
-        comm.Barrier()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main():
@@ -71,8 +60,8 @@ def main():
             for fn in works.values():
                 fn()  # warm-up: negotiation, tracing
             before = core_latency_ns()
-            measured = {w: median_of(fn, comm, args.repeats) for w, fn in works.items()}
-            measured_mpi = {w: median_of(fn, comm, max(3, args.repeats // 2)) for w, fn in mpi_works.items()}
+            measured = {w: timed(fn, args.repeats, warmup=0)[0] for w, fn in works.items()}
+            measured_mpi = {w: timed(fn, max(3, args.repeats // 2), warmup=0)[0] for w, fn in mpi_works.items()}
             after = core_latency_ns()
             state = core_state(before) if core_state(before) == core_state(after) != "?" else None
             if hvd.rank() == 0:
@@ -97,6 +86,14 @@ def main():
             rows.append([w, label] + [cell(times[(w, c, s)]) for s in ("one L3", "two chiplets")])
     print_table("Shared-memory chunk sizes, %d ranks: median ms (blocks counted) by the state of the "
                 "ranks' cores" % hvd.size(), ["work", "run with", "one L3", "two chiplets"], rows)
+    default = CHUNKS[-1]  # engine.cc's kDefaultShmChunkBytes
+    big = "64 MB eager allreduce"
+    for state in ("one L3", "two chiplets"):
+        ours, theirs = times[(big, default, state)], times[(big, "mpi4py", state)]
+        if ours and theirs:
+            ratio = statistics.median(theirs) / statistics.median(ours)
+            print("goal: 64 MB at least 1.5x mpi4py; %d MiB chunks, %s: %.2fx: %s"
+                  % (default >> 20, state, ratio, "met" if ratio >= 1.5 else "not met"))
 
 
 if __name__ == "__main__":
