@@ -27,7 +27,7 @@ GROUPS = {
     "collectives": (["collectives", "grouped_and_objects", "grouped_exchange", "exchange",
                      "broadcast_inplace", "adasum", "horovod_args", "mismatch_errors",
                      "collective_limits", "runtime_ops"], {}),
-    "engine": (["cache_fusion", "shm_single_copy", "shm_staged", "autotune", "timeline", "eager_threads",
+    "engine": (["cache_fusion", "shm_single_copy", "shm_staged", "shm_small", "autotune", "timeline", "eager_threads",
                 "eager_inline_wait", "join",
                 "init_comm", "local_variables", "tape", "v1_session"], {}),
     "process_sets": (["process_sets", "process_sets_dynamic", "process_sets_idle"], {}),

@@ -164,6 +164,7 @@ Status Engine::Init(const void* mpi_comm) {
     shm = nullptr;
     hierarchy.hierarchical = false;
   }
+  if (shm != nullptr && one_node) impl->controller->RoundOverSharedMemory(shm);
   impl->operations = std::make_unique<OperationManager>(
       &impl->mpi, shm, hierarchy.hierarchical ? &impl->hosts : nullptr, &timeline_);
   impl->batch_window = std::chrono::microseconds(settings.cycle_time_us);

@@ -71,11 +71,16 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     if (has_proposal_) vec.back() &= ~kFlagHasUncached;  // autotune has news for everyone
     if (shutdown) vec.back() &= ~kFlagShutdown;
 
-    MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()), MPI_UINT64_T, MPI_BAND,
-                   mpi_->comm(), &req);
-    // A lost rank (fault-tolerant mode only): the engine stops for it.
-    if (MpiContext::Wait(&req) != MPI_SUCCESS) return PeerLostStatus();
+    if (shm_round_ != nullptr && vec.size() <= ShmSegment::and_words_capacity()) {
+      // A dead local peer: the engine stops for it, as below.
+      if (!shm_round_->AllreduceAnd(vec.data(), vec.size())) return PeerLostStatus();
+    } else {
+      MPI_Request req;
+      MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()), MPI_UINT64_T, MPI_BAND,
+                     mpi_->comm(), &req);
+      // A lost rank (fault-tolerant mode only): the engine stops for it.
+      if (MpiContext::Wait(&req) != MPI_SUCCESS) return PeerLostStatus();
+    }
     if (busy_sets) *busy_sets = ~vec[2 * words];
 
     // Read the agreed bits straight from the vector: no per-slot arrays or

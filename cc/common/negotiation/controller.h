@@ -14,6 +14,7 @@
 #include "common/negotiation/coordinator.h"
 #include "common/base/message.h"
 #include "common/transport/mpi_context.h"
+#include "common/transport/shm_segment.h"
 #include "common/negotiation/response_cache.h"
 
 namespace tf_ring {
@@ -49,6 +50,9 @@ class Controller {
     proposal_settled_ = settled;
     has_proposal_ = true;
   }
+  // Where `shm` holds every rank of the communicator (one host), the
+  // cache round goes through it instead of MPI. Same choice on every rank.
+  void RoundOverSharedMemory(ShmSegment* shm) { shm_round_ = shm; }
   // A process set's controller: stall reports name its ranks as engine
   // ranks (`ranks[i]` for set rank i) and start with `scope`.
   void DescribeRanksAs(std::vector<int> ranks, std::string scope) {
@@ -64,6 +68,7 @@ class Controller {
   void InspectStalls(ResponseList* out);
 
   const MpiContext* mpi_;
+  ShmSegment* shm_round_ = nullptr;
   Coordinator coordinator_;
   ResponseCache cache_;
   StallConfig stall_;

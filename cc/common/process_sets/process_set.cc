@@ -61,6 +61,7 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
       &mpi_, options.cache_capacity,
       StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds});
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
+  if (shm != nullptr && one_host) controller_->RoundOverSharedMemory(shm);
   timeline_ = options.timeline;  // shared with the global set; events carry the set's id
   operations_ = std::make_unique<OperationManager>(&mpi_, shm, hierarchical_ ? &hosts_ : nullptr,
                                                    options.timeline);

@@ -22,9 +22,14 @@
 namespace tf_ring {
 
 namespace {
-constexpr size_t kCounterBytes = 4096;  // counter, flag, abort word and identity on their own page
+// The counter, flag, abort word and identity, then the AND rounds' counter
+// and two slots (ShmSegment::AllreduceAnd), on their own page.
+constexpr size_t kCounterBytes = 4096;
 constexpr size_t kTableBytes = 64 << 10;  // 8,192 addresses: 4,096 tensors' input and output
-constexpr size_t kHeaderBytes = kCounterBytes + kTableBytes;  // data page-aligned
+// Two staging buffers of small allreduces (shm_small_allreduce.h), apart
+// from the large path's areas so neither overwrites what a peer still reads.
+constexpr size_t kSmallAreaBytes = 64 << 10;
+constexpr size_t kHeaderBytes = kCounterBytes + kTableBytes + 2 * kSmallAreaBytes;  // data page-aligned
 constexpr size_t kPageBytes = 4096;
 constexpr int kNameBytes = 64;
 // Waiting on a peer, check its process once per this many sleeps (each at
@@ -74,6 +79,8 @@ bool ShmSegment::WatchedEverywhere(MPI_Comm comm, const ShmSegment* shm) {
 }
 
 size_t ShmSegment::address_slots() { return kTableBytes / sizeof(uint64_t); }
+size_t ShmSegment::small_area_bytes() { return kSmallAreaBytes; }
+char* ShmSegment::small_area(int rank, int buffer) const { return small_[rank] + buffer * kSmallAreaBytes; }
 
 // Local rank 0 creates the object and reserves its memory (so a full
 // /dev/shm is an error here, not a SIGBUS later), every rank maps it, and
@@ -129,19 +136,24 @@ Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy
   data_.assign(size_, nullptr);
   counters_.assign(size_, nullptr);
   tables_.assign(size_, nullptr);
+  small_.assign(size_, nullptr);
   for (int r = 0; r < size_; ++r) {
     char* region = base_ + static_cast<size_t>(r) * region_bytes;
     counters_[r] = reinterpret_cast<std::atomic<uint64_t>*>(region);
     tables_[r] = region + kCounterBytes;
+    small_[r] = region + kCounterBytes + kTableBytes;
     data_[r] = region + kHeaderBytes;
   }
   // Each rank writes its own header first (its pages then live near it).
   new (counter(rank_)) std::atomic<uint64_t>(0);
   new (flag(rank_)) std::atomic<uint64_t>(0);
+  new (and_counter(rank_)) std::atomic<uint64_t>(0);
   if (rank_ == 0) new (abort_word()) std::atomic<uint64_t>(0);
   *identity(rank_) = ThisProcess();
   *owner_rank_of(rank_) = owner_rank;
   epoch_ = 0;
+  and_epoch_ = 0;
+  small_calls_ = 0;
   die_at_barrier_ = DieAtBarrier(owner_rank);
   if (size_ > 1) ProbeCrossMemory(local_comm, single_copy, &pids_);
   MPI_Barrier(local_comm);  // every header is written before first use
@@ -188,6 +200,7 @@ void ShmSegment::Release(bool abort_waiters) {
   data_.clear();
   counters_.clear();
   tables_.clear();
+  small_.clear();
   pids_.clear();
 }
 
@@ -202,28 +215,85 @@ bool ShmSegment::PeerGone(int rank) {
   return true;
 }
 
+bool ShmSegment::PeerAborted() {
+  const uint64_t why = abort_word()->load(std::memory_order_acquire);
+  if (why == 0) return false;
+  NotePeerLost(why >= 2 ? static_cast<int>(why - 2) : -1);
+  return true;
+}
+
+bool ShmSegment::WaitForPeer(int r, std::atomic<uint64_t>* word, uint64_t target) {
+  int spins = 0, sleeps = 0;
+  while (word->load(std::memory_order_acquire) < target) {
+    if (PeerAborted()) return false;
+    if (++spins < 2000) {
+      CpuRelax();
+    } else if (spins < 4000) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (++sleeps % kSleepsPerLivenessCheck == 0) PeerGone(r);  // sets the abort word
+    }
+  }
+  return true;
+}
+
+// A peer may be far away here (busy in TensorFlow until its next cycle), so
+// after a short spin this naps, as MpiContext::Wait does for the MPI round
+// it replaces: a waiting engine must not hold a core its peer needs.
+bool ShmSegment::WaitPatiently(int r, std::atomic<uint64_t>* word, uint64_t target) {
+  using Clock = std::chrono::steady_clock;
+  const auto spin_until = Clock::now() + kPatientSpin;
+  int polls = 0;
+  while (word->load(std::memory_order_acquire) < target) {
+    if (PeerAborted()) return false;
+    CpuRelax();
+    if (++polls % 64 == 0 && Clock::now() >= spin_until) break;
+  }
+  auto nap = std::chrono::microseconds(5);
+  int naps_at_max = 0;
+  while (word->load(std::memory_order_acquire) < target) {
+    if (PeerAborted()) return false;
+    std::this_thread::sleep_for(nap);
+    if (nap < kPatientMaxNap) {
+      nap *= 2;
+    } else if (++naps_at_max % 16 == 0) {
+      PeerGone(r);  // sets the abort word
+    }
+  }
+  return true;
+}
+
 bool ShmSegment::Barrier() {
   ++epoch_;
   if (epoch_ == die_at_barrier_) raise(SIGKILL);
   counter(rank_)->store(epoch_, std::memory_order_release);
   for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && !WaitForPeer(r, counter(r), epoch_)) return false;
+  }
+  return true;
+}
+
+size_t ShmSegment::and_words_capacity() {
+  static_assert((kAndSlotWord + 2 * kAndSlotWords) * sizeof(uint64_t) <= kCounterBytes,
+                "the AND slots end inside the counter page");
+  return kAndSlotWords;
+}
+
+// Two slots per rank, used in turn: a rank can only write round k+2's slot
+// after every peer arrived at round k+1, that is after each of them read
+// its round-k slot, so one count per round is all the waiting needed.
+bool ShmSegment::AllreduceAnd(uint64_t* words, size_t n) {
+  if (n > kAndSlotWords) return false;
+  ++and_epoch_;
+  const int slot = static_cast<int>(and_epoch_ & 1);
+  std::memcpy(and_slot(rank_, slot), words, n * sizeof(uint64_t));
+  and_counter(rank_)->store(and_epoch_, std::memory_order_release);
+  for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    int spins = 0, sleeps = 0;
-    while (counter(r)->load(std::memory_order_acquire) < epoch_) {
-      if (abort_word()->load(std::memory_order_acquire) != 0) {
-        const uint64_t why = abort_word()->load(std::memory_order_acquire);
-        NotePeerLost(why >= 2 ? static_cast<int>(why - 2) : -1);
-        return false;
-      }
-      if (++spins < 2000) {
-        CpuRelax();
-      } else if (spins < 4000) {
-        sched_yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-        if (++sleeps % kSleepsPerLivenessCheck == 0) PeerGone(r);  // sets the abort word
-      }
-    }
+    if (!WaitPatiently(r, and_counter(r), and_epoch_)) return false;
+    const uint64_t* theirs = and_slot(r, slot);
+    for (size_t i = 0; i < n; ++i) words[i] &= theirs[i];
   }
   return true;
 }

@@ -1,6 +1,8 @@
 // A node-local shared-memory segment: one region per local rank, each with a
 // barrier counter and double-buffered staging areas, so local ranks can
-// exchange data with plain loads and stores.
+// exchange data with plain loads and stores; and two small things beside
+// them: slots for the response cache's AND round, and two staging buffers
+// for small allreduces.
 //
 // The memory is a POSIX shared-memory object mapped by every local rank (not
 // an MPI shared window): releasing it is local, so a rank can let go of it
@@ -13,6 +15,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <sys/types.h>
 
@@ -62,6 +65,13 @@ class ShmSegment {
   pid_t pid(int rank) const { return pids_[rank]; }
   uint64_t* address_table(int rank) const { return reinterpret_cast<uint64_t*>(tables_[rank]); }
   static size_t address_slots();
+  // Per rank, two staging buffers of small_area_bytes() for small
+  // allreduces, apart from the areas above. Every rank takes them in turn,
+  // in the same order: NextSmallBuffer() answers 0, 1, 0, ...
+  static size_t small_area_bytes();
+  char* small_area(int rank, int buffer) const;
+  int NextSmallBuffer() { return static_cast<int>(small_calls_++ & 1); }
+
   // A word per rank that its peers read after a barrier (a failure flag).
   std::atomic<uint64_t>* flag(int rank) const { return counters_[rank] + 8; }
 
@@ -73,7 +83,33 @@ class ShmSegment {
   // reported as a lost rank (peer_failure.h), so the engine stops.
   bool Barrier();
 
+  // Every local rank's `n` words ANDed together, in place: the response
+  // cache's round, a few hundred bytes, in a fraction of an MPI allreduce's
+  // time. Needs `n` <= and_words_capacity(); false as Barrier() (a dead
+  // peer) or when `n` is too large. Its own count, apart from Barrier()'s.
+  bool AllreduceAnd(uint64_t* words, size_t n);
+  static size_t and_words_capacity();
+
  private:
+  // The AND rounds' count and slots share the counter page, each on lines
+  // of its own, away from the barrier counter its peers poll.
+  static constexpr size_t kAndCounterWord = 64;  // byte 512
+  static constexpr size_t kAndSlotWord = 128;    // byte 1024
+  static constexpr size_t kAndSlotWords = 192;   // two slots up to byte 4096
+  std::atomic<uint64_t>* and_counter(int rank) const { return counters_[rank] + kAndCounterWord; }
+  uint64_t* and_slot(int rank, int slot) const {
+    return reinterpret_cast<uint64_t*>(counters_[rank] + kAndSlotWord) + slot * kAndSlotWords;
+  }
+
+  // Wait until a peer's `word` reaches `target`; false when the segment
+  // was aborted or the peer's process died meanwhile. WaitForPeer, inside
+  // a collective every rank has started, spins long; WaitPatiently, for a
+  // round a peer may join only at its next cycle, naps after 50 us.
+  bool WaitForPeer(int r, std::atomic<uint64_t>* word, uint64_t target);
+  bool WaitPatiently(int r, std::atomic<uint64_t>* word, uint64_t target);
+  bool PeerAborted();  // the abort word is set: notes the lost peer
+  static constexpr std::chrono::microseconds kPatientSpin{50};
+  static constexpr std::chrono::microseconds kPatientMaxNap{200};
   std::atomic<uint64_t>* counter(int rank) const { return counters_[rank]; }
   std::atomic<uint64_t>* abort_word() const { return counters_[0] + 16; }
   ProcessIdentity* identity(int rank) const { return reinterpret_cast<ProcessIdentity*>(counters_[rank] + 24); }
@@ -88,9 +124,12 @@ class ShmSegment {
   int rank_ = 0, size_ = 1;
   size_t area_bytes_ = 0;
   uint64_t epoch_ = 0;
+  uint64_t and_epoch_ = 0;
+  uint64_t small_calls_ = 0;
   std::vector<char*> data_;
   std::vector<std::atomic<uint64_t>*> counters_;
   std::vector<char*> tables_;
+  std::vector<char*> small_;
   std::vector<pid_t> pids_;  // empty: no single-copy reads
 };
 

@@ -5,6 +5,7 @@
 #include "common/collectives/collectives.h"
 #include "common/collectives/shm/shm_allreduce.h"
 #include "common/collectives/shm/shm_single_copy_allreduce.h"
+#include "common/collectives/shm/shm_small_allreduce.h"
 #include "common/transport/mpi_types.h"
 #include "common/reduction/scale.h"
 
@@ -53,6 +54,7 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
   if (average && !IsFloatingPoint(resp.dtype)) spec.integer_divisor = size;
   int64_t bytes = 0;
   for (const Span& s : spans) bytes += s.bytes;
+  if (!ctx.hosts && UseSmallShmAllreduce(*ctx.shm, bytes)) return ShmSmallAllreduce(ctx.shm, spans, spec);
   if (!ctx.hosts && UseSingleCopy(*ctx.shm, spans.size(), bytes)) {
     return ShmSingleCopyAllreduce(ctx.shm, spans, spec);
   }
