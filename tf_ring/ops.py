@@ -2,6 +2,7 @@
 import tensorflow as tf
 
 from tf_ring._allgather_op import allgather
+from tf_ring._eager_names import eager_name
 from tf_ring._library import OPS
 # Other modules import the shared names through ops, as before the split.
 from tf_ring._op_common import (  # noqa: F401
@@ -10,6 +11,12 @@ from tf_ring._op_common import (  # noqa: F401
 from tf_ring.process_set import global_process_set, process_set_id_of
 from tf_ring.sparse import allreduce_indexed_slices
 from tf_ring.topology import is_initialized, size
+
+_EAGER_TENSOR = type(tf.constant(0))  # TensorFlow's EagerTensor class, not exported
+# op= values the fast path takes, and what each means (None: the default, Average).
+# Adasum has checks of its own.
+_PLAIN_OPS = {None: Average, Sum: Sum, Average: Average, Min: Min, Max: Max, Product: Product}
+_REDUCE_ENUMS = frozenset(d.as_datatype_enum for d in REDUCE_DTYPES)
 
 __all__ = ["Sum", "Average", "Min", "Max", "Product", "Adasum", "allreduce", "allgather",
            "broadcast"]
@@ -68,6 +75,14 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     nothing. tf.IndexedSlices are reduced by allgather (Sum or Average only).
     process_set: reduce among that set's ranks only (Average divides by its size).
     """
+    if (type(tensor) is _EAGER_TENSOR and op in _PLAIN_OPS and average is None and name is None
+            and compression is None and process_set is global_process_set
+            and tensor._datatype_enum() in _REDUCE_ENUMS and tf.executing_eagerly()):
+        # A lone eager call's common case, with the checks below already
+        # answered: each Python step here is a measurable share of a small op.
+        return OPS.tf_ring_allreduce(tensor, reduce_op=_PLAIN_OPS[op], prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor,
+                                     tensor_name=eager_name("allreduce"), process_set_id=0, eager=True)
     op = _resolve_op("allreduce", op, average)
     set_id = process_set_id_of(process_set, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
