@@ -53,3 +53,14 @@ def timeline_events(path):
         if e.get("ph") == "X":
             by_tensor[rows[e["tid"]]].append(e)
     return events, dict(by_tensor)
+
+
+def rank_order(inputs, op):
+    """Every rank's input combined in rank order with NumPy, as the engine's
+    shared-memory paths combine them (Average sums; the caller scales)."""
+    combine = {hvd.Sum: np.add, hvd.Average: np.add, hvd.Min: np.minimum,
+               hvd.Max: np.maximum, hvd.Product: np.multiply}[op]
+    out = inputs[0]
+    for x in inputs[1:]:
+        out = combine(out, x)
+    return out

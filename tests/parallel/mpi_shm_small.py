@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 import tf_ring as hvd
-from helpers import all_inputs, rank_input
+from helpers import all_inputs, rank_input, rank_order
 
 # 1024: 16 words of bits, inside the slots; 20,000: 313 words, beyond them.
 CAPACITIES = ["1024", "20000"]
@@ -40,15 +40,6 @@ def engine_with_cache(request):
     os.environ.pop("TF_RING_CACHE_CAPACITY", None)  # conftest restarts the engine
 
 
-def _rank_order(inputs, op):
-    combine = {hvd.Sum: np.add, hvd.Average: np.add, hvd.Min: np.minimum,
-               hvd.Max: np.maximum, hvd.Product: np.multiply}[op]
-    out = inputs[0]
-    for x in inputs[1:]:
-        out = combine(out, x)
-    return out
-
-
 CASES = [(op, dtype) for dtype in (tf.float32, tf.float64, tf.int32, tf.uint8, tf.float16)
          for op in (hvd.Sum, hvd.Min, hvd.Max, hvd.Product)]
 
@@ -60,7 +51,7 @@ def test_rank_order_result_on_both_sides_of_the_limit(op, dtype):
     for elements in (1, 7, 1024, LIMIT // elem, LIMIT // elem + 1, 3 * LIMIT // elem):
         inputs = all_inputs([elements], dtype, seed=elements, low=low, high=high)
         out = hvd.allreduce(tf.constant(inputs[hvd.rank()]), op=op).numpy()
-        np.testing.assert_array_equal(out, _rank_order(inputs, op), err_msg="%d elements" % elements)
+        np.testing.assert_array_equal(out, rank_order(inputs, op), err_msg="%d elements" % elements)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.float16])
@@ -68,7 +59,7 @@ def test_float_average_is_the_scaled_rank_order_sum(dtype):
     np_dtype = dtype.as_numpy_dtype
     inputs = all_inputs([1001], dtype, seed=21, low=-2, high=2)
     out = hvd.allreduce(tf.constant(inputs[hvd.rank()]), op=hvd.Average).numpy()
-    total = _rank_order(inputs, hvd.Sum)
+    total = rank_order(inputs, hvd.Sum)
     if dtype == tf.float16:  # scaled in float32, rounded once
         want = (total.astype(np.float32) * np.float32(1.0 / hvd.size())).astype(np.float16)
     else:
@@ -82,7 +73,7 @@ def test_integer_average_divides_exactly_and_postscale_truncates():
     np.testing.assert_array_equal(out, sum(inputs) // hvd.size())
     ints = all_inputs([777], tf.int32, seed=22)
     out = hvd.allreduce(tf.constant(ints[hvd.rank()]), op=hvd.Sum, postscale_factor=0.5).numpy()
-    want = np.trunc(_rank_order(ints, hvd.Sum).astype(np.float64) * 0.5).astype(np.int32)
+    want = np.trunc(rank_order(ints, hvd.Sum).astype(np.float64) * 0.5).astype(np.int32)
     np.testing.assert_array_equal(out, want)
 
 
@@ -92,7 +83,7 @@ def test_prescale_with_input_and_output_aliased():
     inputs = all_inputs([999], tf.float64, seed=23)
     out = hvd.allreduce(tf.constant(inputs[hvd.rank()]), op=hvd.Sum, prescale_factor=0.5,
                         postscale_factor=3.0).numpy()
-    np.testing.assert_array_equal(out, _rank_order([x * 0.5 for x in inputs], hvd.Sum) * 3.0)
+    np.testing.assert_array_equal(out, rank_order([x * 0.5 for x in inputs], hvd.Sum) * 3.0)
 
 
 def test_fused_small_batch_and_a_batch_just_over_the_limit():
@@ -103,7 +94,7 @@ def test_fused_small_batch_and_a_batch_just_over_the_limit():
         outs = hvd.grouped_allreduce([tf.constant(x) for x in per_rank[hvd.rank()]],
                                      op=hvd.Sum, name=name)
         for i, out in enumerate(outs):
-            want = _rank_order([per_rank[r][i] for r in range(hvd.size())], hvd.Sum)
+            want = rank_order([per_rank[r][i] for r in range(hvd.size())], hvd.Sum)
             np.testing.assert_array_equal(out.numpy(), want, err_msg="%s tensor %d" % (name, i))
 
 
@@ -124,9 +115,9 @@ def test_small_responses_back_to_back_reuse_both_buffers():
         bigs = all_inputs([40_000], tf.float32, seed=it)
         outs, big = step([tf.constant(x) for x in per_rank[hvd.rank()]], tf.constant(bigs[hvd.rank()]))
         for i, out in enumerate(outs):
-            want = _rank_order([per_rank[r][i] for r in range(hvd.size())], hvd.Sum)
+            want = rank_order([per_rank[r][i] for r in range(hvd.size())], hvd.Sum)
             np.testing.assert_array_equal(out.numpy(), want, err_msg="step %d tensor %d" % (it, i))
-        np.testing.assert_array_equal(big.numpy(), _rank_order(bigs, hvd.Sum))
+        np.testing.assert_array_equal(big.numpy(), rank_order(bigs, hvd.Sum))
 
 
 def test_eager_fast_path_matches_the_general_path():
@@ -137,6 +128,6 @@ def test_eager_fast_path_matches_the_general_path():
     fast = hvd.allreduce(x).numpy()  # default op: Average
     named = hvd.allreduce(x, op=hvd.Average, name="general_path").numpy()
     np.testing.assert_array_equal(fast, named)
-    np.testing.assert_array_equal(fast, _rank_order(inputs, hvd.Sum) * np.float32(1.0 / hvd.size()))
+    np.testing.assert_array_equal(fast, rank_order(inputs, hvd.Sum) * np.float32(1.0 / hvd.size()))
     for op in (hvd.Sum, hvd.Min, hvd.Max, hvd.Product):
-        np.testing.assert_array_equal(hvd.allreduce(x, op=op).numpy(), _rank_order(inputs, op))
+        np.testing.assert_array_equal(hvd.allreduce(x, op=op).numpy(), rank_order(inputs, op))

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import tf_ring as hvd
-from helpers import all_inputs, rank_input
+from helpers import all_inputs, rank_input, rank_order
 
 CHUNKS = [None, 64 << 10]  # None: the default
 
@@ -34,15 +34,6 @@ def staged_engine(request):
         os.environ.pop(name, None)  # conftest restarts the engine
 
 
-def _rank_order(inputs, op):
-    combine = {hvd.Sum: np.add, hvd.Average: np.add, hvd.Min: np.minimum,
-               hvd.Max: np.maximum, hvd.Product: np.multiply}[op]
-    out = inputs[0]
-    for x in inputs[1:]:
-        out = combine(out, x)
-    return out
-
-
 CASES = [(op, dtype) for dtype in (tf.float32, tf.float64, tf.int32, tf.int64, tf.uint8)
          for op in (hvd.Sum, hvd.Min, hvd.Max, hvd.Product)]
 
@@ -53,7 +44,7 @@ def test_rank_order_result(op, dtype):
     low, high = (1, 3) if op == hvd.Product else (0 if dtype == tf.uint8 else -8, 8)
     inputs = all_inputs([300_001], dtype, seed=3, low=low, high=high)
     out = hvd.allreduce(tf.constant(inputs[hvd.rank()]), op=op, name="st_one").numpy()
-    np.testing.assert_array_equal(out, _rank_order(inputs, op))
+    np.testing.assert_array_equal(out, rank_order(inputs, op))
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
@@ -63,13 +54,13 @@ def test_float_average_is_the_scaled_rank_order_sum(dtype):
     np_dtype = dtype.as_numpy_dtype
     inputs = all_inputs([1_500_007], dtype, seed=6)
     out = hvd.allreduce(tf.constant(inputs[hvd.rank()]), op=hvd.Average, name="st_avg").numpy()
-    want = _rank_order(inputs, hvd.Sum) * np_dtype(1.0 / hvd.size())
+    want = rank_order(inputs, hvd.Sum) * np_dtype(1.0 / hvd.size())
     np.testing.assert_array_equal(out, want.astype(np_dtype))
 
 
 def test_float16_sum_and_average():
     inputs = all_inputs([140_001], tf.float16, seed=5, low=-2, high=2)
-    total = _rank_order(inputs, hvd.Sum)
+    total = rank_order(inputs, hvd.Sum)
     out = hvd.allreduce(tf.constant(inputs[hvd.rank()]), op=hvd.Sum, name="st_half").numpy()
     np.testing.assert_array_equal(out, total)
     avg = hvd.allreduce(tf.constant(inputs[hvd.rank()]), op=hvd.Average, name="st_half_avg").numpy()
@@ -87,7 +78,7 @@ def test_integer_postscale_truncates_as_before():
     inputs = all_inputs([100_003], tf.int32, seed=8)
     out = hvd.allreduce(tf.constant(inputs[hvd.rank()]), op=hvd.Sum, postscale_factor=0.5,
                         name="st_iscale").numpy()
-    want = np.trunc(_rank_order(inputs, hvd.Sum).astype(np.float64) * 0.5).astype(np.int32)
+    want = np.trunc(rank_order(inputs, hvd.Sum).astype(np.float64) * 0.5).astype(np.int32)
     np.testing.assert_array_equal(out, want)
 
 
@@ -97,7 +88,7 @@ def test_prescale_and_postscale_with_input_and_output_aliased():
     inputs = all_inputs([150_001], tf.float64, seed=4)
     out = hvd.allreduce(tf.constant(inputs[hvd.rank()]), op=hvd.Sum, prescale_factor=0.5,
                         postscale_factor=3.0, name="st_scaled").numpy()
-    want = _rank_order([x * 0.5 for x in inputs], hvd.Sum) * 3.0
+    want = rank_order([x * 0.5 for x in inputs], hvd.Sum) * 3.0
     np.testing.assert_array_equal(out, want)
 
 
@@ -109,7 +100,7 @@ def test_fused_batch_of_odd_sizes_crosses_slices_chunks_and_tensors():
                                  op=hvd.Average, name="st_fused")
     scale = np.float32(1.0 / hvd.size())
     for i, out in enumerate(outs):
-        want = _rank_order([per_rank[r][i] for r in range(hvd.size())], hvd.Sum) * scale
+        want = rank_order([per_rank[r][i] for r in range(hvd.size())], hvd.Sum) * scale
         np.testing.assert_array_equal(out.numpy(), want, err_msg="tensor %d" % i)
 
 
@@ -122,4 +113,4 @@ def test_in_a_tf_function():
 
     for _ in range(2):  # the second call reuses both buffers from the first's state
         out = step(tf.constant(inputs[hvd.rank()])).numpy()
-        np.testing.assert_array_equal(out, _rank_order(inputs, hvd.Sum))
+        np.testing.assert_array_equal(out, rank_order(inputs, hvd.Sum))

@@ -8,15 +8,11 @@
 
 namespace tf_ring {
 
-namespace {
-// Up to here one barrier less beats splitting the arithmetic
-// (benchmarks/README.md, "Small tensors in one barrier").
-constexpr int64_t kSmallBytes = 64 << 10;
-}  // namespace
-
+// The limit is the small area's size, chosen where one barrier less stops
+// beating split arithmetic (benchmarks/README.md, "Small tensors in one
+// barrier").
 bool UseSmallShmAllreduce(const ShmSegment& shm, int64_t bytes) {
-  return shm.size() > 1 && bytes <= kSmallBytes &&
-         static_cast<size_t>(bytes) <= ShmSegment::small_area_bytes();
+  return shm.size() > 1 && static_cast<size_t>(bytes) <= ShmSegment::small_area_bytes();
 }
 
 Status ShmSmallAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceSpec& spec) {
