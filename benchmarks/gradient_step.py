@@ -273,9 +273,11 @@ def main():
         print("the training step with tf_ring's grouped_allreduce: %.2fx TensorFlow + mpi4py's" % step_ratio)
         steps = STATS_STEPS
         print("cores before/after (see allreduce_sweep.py): %s" % core_label(cores_before, cores_after))
-        print("engine per step: %.1f cycles, %.1f negotiations, %.1f fused batches, %.0f cache hits"
+        print("engine per step: %.1f cycles, %.1f negotiations, %.1f fused batches, %.0f cache hits, "
+              "%.1f batches in small chunks (cores sharing a cache)"
               % tuple((after[k] - before[k]) / steps
-                      for k in ("cycles", "negotiations", "fused_batches", "cache_hits")))
+                      for k in ("cycles", "negotiations", "fused_batches", "cache_hits",
+                                "shm_small_chunk_batches")))
 
 
 if __name__ == "__main__":

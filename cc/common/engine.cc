@@ -133,6 +133,7 @@ Status Engine::Init(const void* mpi_comm) {
     impl->set_options.shm_area_bytes =
         static_cast<size_t>(chunk_set ? settings.shm_chunk_bytes : kDefaultShmChunkBytes);
     impl->set_options.shm_fallback_bytes = chunk_set ? 0 : static_cast<size_t>(kFallbackShmChunkBytes);
+    impl->set_options.shm_shared_cache_chunk_bytes = chunk_set ? 0 : ShmSegment::kSharedCacheChunkBytes;
   }
   impl->set_options.hierarchical = settings.hierarchical;
   HostCounts host_counts;
@@ -150,6 +151,7 @@ Status Engine::Init(const void* mpi_comm) {
                                  impl->set_options.shm_fallback_bytes, settings.shm_single_copy,
                                  impl->mpi.rank());
     if (!s.ok()) return s;
+    impl->shm.AllowSharedCacheChunks(impl->mpi.local_comm(), impl->set_options.shm_shared_cache_chunk_bytes);
     shm = &impl->shm;
   }
   if (FaultTolerantMode() && !ShmSegment::WatchedEverywhere(impl->mpi.comm(), shm)) {

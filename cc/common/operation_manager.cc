@@ -55,7 +55,9 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
     status = Status::Precondition(std::string(OpTypeName(resp.op)) + " of tensor '" + resp.names[0] +
                                   "': GPU tensors need a CUDA build of tf_ring; this is a CPU build.");
   } else if (!resp.gpu) {
+    const int64_t small_chunk_runs = shm_ ? shm_->shared_cache_runs() : 0;
     status = Run(resp, entries, recording ? &marks_ : nullptr);
+    if (shm_) stats->shm_small_chunk_batches += shm_->shared_cache_runs() - small_chunk_runs;
     // A lost rank fails the batch with the one error elastic training recovers from.
     if (!status.ok() && PeerLost()) status = PeerLostStatus();
   }

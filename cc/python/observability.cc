@@ -15,7 +15,8 @@ namespace {
 // scratch memory held now, not a counter.
 const char* const kStatNames[kStatCount] = {
     "cycles", "negotiations", "cache_hits", "cache_misses", "fused_batches",
-    "tensors", "bytes", "hierarchical_batches", "caller_finished", "scratch_bytes"};
+    "tensors", "bytes", "hierarchical_batches", "caller_finished", "shm_small_chunk_batches",
+    "scratch_bytes"};
 
 // Counters of the global set (None), or of set `id`; None when there is no such set.
 py::object Stats(py::object id) {

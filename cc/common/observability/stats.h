@@ -9,7 +9,7 @@
 namespace tf_ring {
 
 // How many values tf_ring_stats() reports (the fields below, in order).
-constexpr int kStatCount = 10;
+constexpr int kStatCount = 11;
 
 struct EngineStats {
   std::atomic<int64_t> cycles{0};
@@ -23,6 +23,9 @@ struct EngineStats {
   // Small eager ops whose caller saw them finish while waiting and finished
   // them on its own thread (negotiation/caller_wait.h).
   std::atomic<int64_t> caller_finished{0};
+  // Shared-memory allreduces that staged small chunks because the local
+  // ranks' cores share a cache (transport/shm_cache_probe.cc).
+  std::atomic<int64_t> shm_small_chunk_batches{0};
   // Not a counter: the collectives' scratch memory held now (reset leaves it).
   std::atomic<int64_t> scratch_bytes{0};
 };
@@ -30,7 +33,8 @@ struct EngineStats {
 // Zeroes every counter (scratch_bytes is a level, not a counter: kept).
 inline void ResetCounters(EngineStats* s) {
   for (auto* c : {&s->cycles, &s->negotiations, &s->cache_hits, &s->cache_misses, &s->fused_batches,
-                  &s->tensors, &s->bytes, &s->hierarchical_batches, &s->caller_finished}) {
+                  &s->tensors, &s->bytes, &s->hierarchical_batches, &s->caller_finished,
+                  &s->shm_small_chunk_batches}) {
     c->store(0);
   }
 }

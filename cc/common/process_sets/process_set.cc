@@ -49,6 +49,7 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
     s = shm_.InitEverywhere(mpi_.comm(), mpi_.local_comm(), options.shm_area_bytes,
                             options.shm_fallback_bytes, options.shm_single_copy, my_rank_);
     if (!s.ok()) return s;
+    shm_.AllowSharedCacheChunks(mpi_.local_comm(), options.shm_shared_cache_chunk_bytes);
     shm = &shm_;
     if (FaultTolerantMode() && !ShmSegment::WatchedEverywhere(mpi_.comm(), shm)) {
       // A dead member would hang the others: MPI instead.

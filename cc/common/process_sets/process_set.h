@@ -37,6 +37,9 @@ struct ProcessSetOptions {
   // host's /dev/shm cannot hold the default (0: the chunk was set, no fallback).
   size_t shm_area_bytes = 0;
   size_t shm_fallback_bytes = 0;
+  // The chunk staged where the local ranks' cores share a cache (0: always
+  // the area; ShmSegment::AllowSharedCacheChunks).
+  size_t shm_shared_cache_chunk_bytes = 0;
   HierarchicalMode hierarchical = HierarchicalMode::kAuto;
   bool shm_single_copy = false;  // large allreduces read peers' tensors directly
   // The engine's timeline (it records only where it was started, rank 0).

@@ -150,12 +150,15 @@ Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy
   new (counter(rank_)) std::atomic<uint64_t>(0);
   new (flag(rank_)) std::atomic<uint64_t>(0);
   new (and_counter(rank_)) std::atomic<uint64_t>(0);
+  new (probe_word(rank_)) std::atomic<uint64_t>(0);
   if (rank_ == 0) new (abort_word()) std::atomic<uint64_t>(0);
   *identity(rank_) = ThisProcess();
   *owner_rank_of(rank_) = owner_rank;
   epoch_ = 0;
   and_epoch_ = 0;
   small_calls_ = 0;
+  shared_cache_chunk_bytes_ = 0;  // until AllowSharedCacheChunks
+  probe_epoch_ = 0;
   die_at_barrier_ = DieAtBarrier(owner_rank);
   if (size_ > 1) ProbeCrossMemory(local_comm, single_copy, &pids_);
   MPI_Barrier(local_comm);  // every header is written before first use

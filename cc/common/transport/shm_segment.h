@@ -90,6 +90,23 @@ class ShmSegment {
   bool AllreduceAnd(uint64_t* words, size_t n);
   static size_t and_words_capacity();
 
+  // The chunk a large allreduce inside this host stages (shm_cache_probe.cc).
+  // After AllowSharedCacheChunks(local_comm, bytes), collective over the
+  // local ranks: an allreduce of more than one full area first measures how
+  // fast a cache line moves from local rank 0's core to each peer's, and
+  // stages `bytes` at a time where every peer's core shares a cache with
+  // rank 0's (small chunks stay in it), the whole area otherwise (a line
+  // staged again while a peer's core still holds it would cross between
+  // caches twice). Every local rank gets the same answer; 0 means a local
+  // rank died during the measurement. Without the call: always the area.
+  void AllowSharedCacheChunks(MPI_Comm local_comm, size_t bytes);
+  // The default of `bytes`: 1 MiB chunks stay in a cache two cores share,
+  // and took 64 MB 9-12% faster than 4 MiB ones there (benchmarks/README.md).
+  static constexpr size_t kSharedCacheChunkBytes = 1 << 20;
+  size_t ChunkBytesFor(int64_t total_bytes);
+  // How many allreduces ChunkBytesFor() gave the small chunks (for stats()).
+  int64_t shared_cache_runs() const { return shared_cache_runs_; }
+
  private:
   // The AND rounds' count and slots share the counter page, each on lines
   // of its own, away from the barrier counter its peers poll.
@@ -108,6 +125,10 @@ class ShmSegment {
   bool WaitForPeer(int r, std::atomic<uint64_t>* word, uint64_t target);
   bool WaitPatiently(int r, std::atomic<uint64_t>* word, uint64_t target);
   bool PeerAborted();  // the abort word is set: notes the lost peer
+  // The cache probe's word per rank, on a line of its own in the counter page.
+  std::atomic<uint64_t>* probe_word(int rank) const { return counters_[rank] + 48; }
+  int LeadCacheProbe();    // local rank 0: 1 shared, 0 not
+  int FollowCacheProbe();  // the others: rank 0's answer, -1 when it died
   static constexpr std::chrono::microseconds kPatientSpin{50};
   static constexpr std::chrono::microseconds kPatientMaxNap{200};
   std::atomic<uint64_t>* counter(int rank) const { return counters_[rank]; }
@@ -126,6 +147,9 @@ class ShmSegment {
   uint64_t epoch_ = 0;
   uint64_t and_epoch_ = 0;
   uint64_t small_calls_ = 0;
+  size_t shared_cache_chunk_bytes_ = 0;  // 0: no probe, always the area
+  uint64_t probe_epoch_ = 0;
+  int64_t shared_cache_runs_ = 0;
   std::vector<char*> data_;
   std::vector<std::atomic<uint64_t>*> counters_;
   std::vector<char*> tables_;

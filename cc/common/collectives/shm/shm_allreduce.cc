@@ -37,7 +37,11 @@ Status ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const Reduc
   int64_t total_bytes = 0;
   for (const Span& s : spans) total_bytes += s.bytes;
   const int64_t total = total_bytes / elem;
-  const int64_t chunk_elems = static_cast<int64_t>(shm->area_bytes()) / elem;
+  // Across hosts every host must cut the buffer alike: the whole area. Inside
+  // one, the chunk suits whether the local ranks' cores share a cache.
+  const size_t chunk_bytes = across ? shm->area_bytes() : shm->ChunkBytesFor(total_bytes);
+  if (chunk_bytes == 0) return PeerLostStatus();  // a local rank died during the measurement
+  const int64_t chunk_elems = static_cast<int64_t>(chunk_bytes) / elem;
   Status status;
   // The one-sweep finish needs nothing between the local reduction and the
   // output: no other hosts to combine with, no exact integer division.

@@ -1,0 +1,146 @@
+// Which chunk a large allreduce inside one host stages, decided per
+// allreduce by measuring how fast a cache line moves between the local
+// ranks' cores. Small chunks win where the cores share a cache (what is
+// staged is still in it when a peer reads it); where they do not, the line
+// a rank stages again two chunks later may still sit in its peer's cache,
+// and each such line crosses between the caches twice, which made 1 MiB
+// chunks 2-5x slower than 4 MiB ones on the development VM
+// (benchmarks/README.md, 'Chunks that do not bounce'). The answer is
+// measured each time because a VM's vCPUs and the scheduler's choice of
+// cores move while a job runs.
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/transport/shm_segment.h"
+
+namespace tf_ring {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// Rank 0 pings each peer: two rounds to meet, then batches of round trips;
+// the fastest batch's mean is the measurement, so a peer descheduled for one
+// batch does not decide. Meeting takes two rounds because whichever side
+// came first may be asleep in its wait when the first round trip ends; the
+// second one ends with both awake.
+constexpr int kMeetRounds = 2;
+constexpr int kBatches = 4;
+constexpr int kRoundsPerBatch = 4;
+// A round trip faster than this (110 ns each way) means a shared cache: on
+// the development VM one L3 reads under 100 ns one way, two chiplets over
+// 120 (benchmarks/bench_util.py core_latency_ns).
+constexpr double kSharedCacheRoundTripNs = 220;
+// A round trip this slow means the peer lost its core meanwhile: stop
+// measuring and stage the whole area, which is never the slow choice.
+constexpr std::chrono::microseconds kRoundGiveUp{50};
+// The probe word's values: epoch << 16, plus (peer << 6) + round + 1 for a
+// ping, plus kFinal (+1 when shared) for the answer, which exceeds them all.
+constexpr uint64_t kFinal = 0xFFF0;
+constexpr int kMaxRanks = 1000;  // (peer << 6) + rounds stays below kFinal
+constexpr int kRounds = kMeetRounds + kBatches * kRoundsPerBatch;
+static_assert(kRounds < 64, "a peer's rounds fit in 6 bits");
+
+// The CPUs any local rank may run on (the union of their affinity masks,
+// the same on every rank): bound one to a core each or all free to roam,
+// the ranks are oversubscribed only where this is fewer than they are.
+int CpusOfLocalRanks(MPI_Comm local_comm) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) CPU_ZERO(&set);
+  constexpr int kWords = sizeof(cpu_set_t) / sizeof(unsigned long);
+  unsigned long words[kWords];
+  std::memcpy(words, &set, sizeof(words));
+  MPI_Allreduce(MPI_IN_PLACE, words, kWords, MPI_UNSIGNED_LONG, MPI_BOR, local_comm);
+  std::memcpy(&set, words, sizeof(words));
+  return CPU_COUNT(&set);
+}
+
+// Tests only: "0" or "1" makes rank 0 answer that way whatever it measured,
+// so both chunk sizes can be exercised on any machine.
+int ForcedAnswer() {
+  const char* value = std::getenv("TF_RING_TEST_SHM_SHARED_CACHE");
+  if (value == nullptr || (value[0] != '0' && value[0] != '1')) return -1;
+  return value[0] - '0';
+}
+}  // namespace
+
+void ShmSegment::AllowSharedCacheChunks(MPI_Comm local_comm, size_t bytes) {
+  // With more local ranks than CPUs a ping waits for a time slice: the
+  // measurement would say nothing, so such hosts keep the whole area. Every
+  // input here is the same on every local rank, so is the choice: all must
+  // take part in every measurement.
+  const int cpus = CpusOfLocalRanks(local_comm);
+  const bool able = bytes > 0 && bytes < area_bytes_ && size_ > 1 && size_ <= kMaxRanks && size_ <= cpus;
+  shared_cache_chunk_bytes_ = able ? bytes : 0;
+}
+
+size_t ShmSegment::ChunkBytesFor(int64_t total_bytes) {
+  // One area or less is one chunk either way: nothing is staged twice.
+  if (shared_cache_chunk_bytes_ == 0 || total_bytes <= static_cast<int64_t>(area_bytes_)) return area_bytes_;
+  ++probe_epoch_;
+  const int shared = rank_ == 0 ? LeadCacheProbe() : FollowCacheProbe();
+  if (shared < 0) return 0;
+  if (shared == 0) return area_bytes_;
+  ++shared_cache_runs_;
+  return shared_cache_chunk_bytes_;
+}
+
+int ShmSegment::LeadCacheProbe() {
+  const uint64_t base = probe_epoch_ << 16;
+  std::atomic<uint64_t>* mine = probe_word(0);
+  double fastest_ns = 0;  // the slowest peer's fastest batch
+  bool measured = true;
+  for (int q = 1; q < size_ && measured; ++q) {
+    std::atomic<uint64_t>* theirs = probe_word(q);
+    double best = -1;
+    Clock::time_point batch_start;
+    for (int round = 0; round < kRounds && measured; ++round) {
+      const uint64_t ping = base + (static_cast<uint64_t>(q) << 6) + round + 1;
+      const Clock::time_point sent = Clock::now();
+      mine->store(ping, std::memory_order_release);
+      if (round < kMeetRounds) {
+        // The peer may not have reached this allreduce yet: wait as a barrier does.
+        if (!WaitForPeer(q, theirs, ping)) measured = false;
+        batch_start = Clock::now();
+        continue;
+      }
+      // The clock is read rarely while polling: each read would delay seeing the echo.
+      for (int polls = 1; theirs->load(std::memory_order_acquire) < ping; ++polls) {
+        if (polls % 256 == 0 && Clock::now() - sent > kRoundGiveUp) {
+          measured = false;
+          break;
+        }
+      }
+      if (measured && (round - kMeetRounds + 1) % kRoundsPerBatch == 0) {
+        const Clock::time_point now = Clock::now();
+        const double mean = std::chrono::duration<double, std::nano>(now - batch_start).count() / kRoundsPerBatch;
+        best = best < 0 ? mean : std::min(best, mean);
+        batch_start = now;
+      }
+    }
+    fastest_ns = std::max(fastest_ns, best);
+  }
+  int shared = measured && fastest_ns < kSharedCacheRoundTripNs ? 1 : 0;
+  if (ForcedAnswer() >= 0) shared = ForcedAnswer();
+  mine->store(base + kFinal + static_cast<uint64_t>(shared), std::memory_order_release);
+  return shared;
+}
+
+int ShmSegment::FollowCacheProbe() {
+  const uint64_t base = probe_epoch_ << 16;
+  std::atomic<uint64_t>* leader = probe_word(0);
+  for (int round = 0;; ++round) {
+    // Rank 0 may answer before all rounds (a slow one): the answer exceeds any ping.
+    const uint64_t ping = round < kRounds ? base + (static_cast<uint64_t>(rank_) << 6) + round + 1 : base + kFinal;
+    if (!WaitForPeer(0, leader, ping)) return -1;
+    const uint64_t seen = leader->load(std::memory_order_acquire);
+    if (seen >= base + kFinal) return static_cast<int>(seen - base - kFinal);
+    probe_word(rank_)->store(seen, std::memory_order_release);  // the echo
+  }
+}
+
+}  // namespace tf_ring
