@@ -22,6 +22,12 @@ def reinit(**env):
 @pytest.fixture(autouse=True)
 def default_engine():
     yield
+    # Every rank has read its counters before any rank restarts the engine:
+    # a faster rank's shutdown is a negotiation, and a slower rank still
+    # between its last collective and its stats() would count it (a barrier
+    # outside the engine, which counts nothing).
+    from mpi4py import MPI
+    MPI.COMM_WORLD.Barrier()
     reinit()
 
 
