@@ -23,17 +23,32 @@ from bench_util import core_label, core_latency_ns, core_state, print_table, tim
 from gradient_step import aligned_empty, engine_alone, gradient_sizes
 
 CHUNKS = [1 << 20, 2 << 20, 4 << 20, None]  # None: unset, the default
+SINGLE_COPY = "single copy"  # --single-copy: TF_RING_SHM_SINGLE_COPY=1, no staging
 
 
 def chunk_label(chunk):
+    if chunk == SINGLE_COPY:
+        return "single-copy reads"
     return "default (measured)" if chunk is None else "%d MiB chunks" % (chunk >> 20)
+
+
+def set_variant(chunk):
+    os.environ.pop("TF_RING_SHM_CHUNK_BYTES", None)
+    os.environ.pop("TF_RING_SHM_SINGLE_COPY", None)
+    if chunk == SINGLE_COPY:
+        os.environ["TF_RING_SHM_SINGLE_COPY"] = "1"
+    elif chunk is not None:
+        os.environ["TF_RING_SHM_CHUNK_BYTES"] = str(chunk)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--single-copy", action="store_true",
+                        help="also run TF_RING_SHM_SINGLE_COPY=1 (peers' tensors read with process_vm_readv)")
     args = parser.parse_args()
+    chunks = CHUNKS + ([SINGLE_COPY] if args.single_copy else [])
     comm = MPI.COMM_WORLD
     hvd.init()
     rng = np.random.default_rng(hvd.rank())
@@ -57,14 +72,11 @@ def main():
         "160-gradient step, engine alone": lambda: [comm.Allreduce(g, o, op=MPI.SUM) for g, o in zip(grads, grad_outs)],
     }
     mpi_works["160-gradient step, grouped tf.function"] = mpi_works["160-gradient step, engine alone"]
-    times = {(w, c, s): [] for w in works for c in CHUNKS + ["mpi4py"] for s in ("one L3", "two chiplets")}
+    times = {(w, c, s): [] for w in works for c in chunks + ["mpi4py"] for s in ("one L3", "two chiplets")}
     for block in range(args.blocks):
-        for chunk in CHUNKS:
+        for chunk in chunks:
             hvd.shutdown()
-            if chunk is None:
-                os.environ.pop("TF_RING_SHM_CHUNK_BYTES", None)
-            else:
-                os.environ["TF_RING_SHM_CHUNK_BYTES"] = str(chunk)
+            set_variant(chunk)
             hvd.init()
             for fn in works.values():
                 fn()  # warm-up: negotiation, tracing
@@ -83,7 +95,7 @@ def main():
                 for w in works:
                     times[(w, chunk, state)].append(measured[w])
                     times[(w, "mpi4py", state)].append(measured_mpi[w])
-    os.environ.pop("TF_RING_SHM_CHUNK_BYTES", None)
+    set_variant(None)
     if hvd.rank() != 0:
         return
 
@@ -92,7 +104,7 @@ def main():
 
     rows = []
     for w in works:
-        for c in CHUNKS + ["mpi4py"]:
+        for c in chunks + ["mpi4py"]:
             label = c if c == "mpi4py" else chunk_label(c)
             rows.append([w, label] + [cell(times[(w, c, s)]) for s in ("one L3", "two chiplets")])
     print_table("Shared-memory chunk sizes, %d ranks: median ms (blocks counted) by the state of the "
