@@ -76,6 +76,7 @@ void ShmSegment::AllowSharedCacheChunks(MPI_Comm local_comm, size_t bytes) {
   const int cpus = CpusOfLocalRanks(local_comm);
   const bool able = bytes > 0 && bytes < area_bytes_ && size_ > 1 && size_ <= kMaxRanks && size_ <= cpus;
   shared_cache_chunk_bytes_ = able ? bytes : 0;
+  forced_answer_ = ForcedAnswer();  // read once here, not on every large allreduce
 }
 
 size_t ShmSegment::ChunkBytesFor(int64_t total_bytes) {
@@ -125,7 +126,7 @@ int ShmSegment::LeadCacheProbe() {
     fastest_ns = std::max(fastest_ns, best);
   }
   int shared = measured && fastest_ns < kSharedCacheRoundTripNs ? 1 : 0;
-  if (ForcedAnswer() >= 0) shared = ForcedAnswer();
+  if (forced_answer_ >= 0) shared = forced_answer_;
   mine->store(base + kFinal + static_cast<uint64_t>(shared), std::memory_order_release);
   return shared;
 }

@@ -149,6 +149,7 @@ class ShmSegment {
   uint64_t small_calls_ = 0;
   size_t shared_cache_chunk_bytes_ = 0;  // 0: no probe, always the area
   uint64_t probe_epoch_ = 0;
+  int forced_answer_ = -1;  // tests only: TF_RING_TEST_SHM_SHARED_CACHE, or -1
   int64_t shared_cache_runs_ = 0;
   std::vector<char*> data_;
   std::vector<std::atomic<uint64_t>*> counters_;
