@@ -327,20 +327,30 @@ def test_in_process_recovery_renumbers_the_process_sets(tmp_path):
         assert "END rank=%d size=2 step=30 total=%d" % (rank, sum(range(30))) in done.stdout
 
 
+# Each path's barriers per 64 MB allreduce: the staged one pinned to 4 MiB
+# chunks (two barriers per chunk), and single-copy reads (three in all). The
+# path is pinned because by default it follows the measured cores.
+SHM_LOSS_PATHS = {
+    "staged": ({"TF_RING_SHM_SINGLE_COPY": "0", "TF_RING_SHM_CHUNK_BYTES": str(4 << 20)}, 32),
+    "single_copy": ({"TF_RING_SHM_SINGLE_COPY": "1"}, 3),
+}
+
+
+@pytest.mark.parametrize("path", sorted(SHM_LOSS_PATHS))
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_a_rank_lost_inside_a_shared_memory_allreduce(tmp_path, ranks):
+def test_a_rank_lost_inside_a_shared_memory_allreduce(tmp_path, ranks, path):
     """In-process mode keeps the shared-memory allreduce. The last rank dies
     in the middle of step 4's 64 MB one (tests/elastic_jobs/shm_loss_job.py),
-    when its peers wait for it in the segment, not in an MPI call: they see
-    its process gone, leave, recover in the same processes and finish with
-    the sums checked on every step."""
+    staged or read directly, when its peers wait for it in the segment, not
+    in an MPI call: they see its process gone, leave, recover in the same
+    processes and finish with the sums checked on every step."""
     import re
     jobs = os.path.join(REPO, "tests", "elastic_jobs")
     discover = script(tmp_path, "echo $(uname -n):%d\n" % ranks)
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
-               # 32 barriers per step's allreduce (4 MiB chunks): die half-way
-               # through step 4's
-               TF_RING_TEST_DIE_AT_SHM_BARRIER="%d:%d" % (ranks - 1, 4 * 32 + 16))
+    settings, barriers = SHM_LOSS_PATHS[path]
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **settings,
+               # die half-way through step 4's allreduce
+               TF_RING_TEST_DIE_AT_SHM_BARRIER="%d:%d" % (ranks - 1, 4 * barriers + barriers // 2 + 1))
     done = run_job([sys.executable, "-m", "tf_ring.run", "-np", str(ranks), "--min-np", "1",
                     "--host-discovery-script", discover, "--recovery", "in-process",
                     sys.executable, os.path.join(jobs, "shm_loss_job.py")], env)

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/collectives/shm/shm_single_copy_allreduce.h"
 #include "common/observability/stage_probe.h"
 #include "common/transport/peer_failure.h"
 
@@ -43,6 +42,7 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
 
   const bool recording = timeline_ != nullptr && timeline_->active();
   marks_.Clear();
+  ran_single_copy_ = false;
   Status status;
   if (resp.is_error()) {
     status = resp.is_mismatch() ? Status::Precondition(resp.error)
@@ -56,8 +56,11 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
                                   "': GPU tensors need a CUDA build of tf_ring; this is a CPU build.");
   } else if (!resp.gpu) {
     const int64_t small_chunk_runs = shm_ ? shm_->shared_cache_runs() : 0;
+    const int64_t single_copy_runs = shm_ ? shm_->single_copy_runs() : 0;
     status = Run(resp, entries, recording ? &marks_ : nullptr);
     if (shm_) stats->shm_small_chunk_batches += shm_->shared_cache_runs() - small_chunk_runs;
+    ran_single_copy_ = shm_ && shm_->single_copy_runs() != single_copy_runs;
+    if (ran_single_copy_) ++stats->shm_single_copy_batches;
     // A lost rank fails the batch with the one error elastic training recovers from.
     if (!status.ok() && PeerLost()) status = PeerLostStatus();
   }
@@ -113,12 +116,10 @@ void OperationManager::Record(const Response& resp, const std::vector<TensorEntr
                               Timeline::Clock::time_point end) {
   std::vector<PhaseMarks::Mark> marks = marks_.marks();
   if (marks.empty()) marks.push_back({PhaseName(resp.op), start});
-  int64_t bytes = 0;
-  for (const TensorEntry& e : entries) bytes += e.NumBytes();
   const bool shm = resp.op == OpType::kAllreduce && shm_ != nullptr;
   const char* transport = resp.gpu                                         ? "nccl"
                           : RunsHierarchical(Context(nullptr), resp.op)     ? "hierarchical"
-                          : shm && UseSingleCopy(*shm_, entries.size(), bytes) ? "shm-single-copy"
+                          : shm && ran_single_copy_                         ? "shm-single-copy"
                           : shm                                             ? "shm"
                                                                             : "mpi";
   for (const TensorEntry& e : entries) {

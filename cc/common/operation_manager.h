@@ -59,6 +59,7 @@ class OperationManager {
   ScratchBuffer scratch_;
   StandInStore stand_ins_;
   PhaseMarks marks_;
+  bool ran_single_copy_ = false;  // the last batch read its peers' tensors directly (its timeline label)
   std::unique_ptr<DeviceTransport> device_;  // null in a CPU build
 };
 

@@ -4,8 +4,9 @@ on each rank and checks the sum against the formula. The test makes the
 last rank die inside step SHM_LOSS_KILL_AT's allreduce, after negotiation,
 while its peers wait for it in the shared-memory segment:
 TF_RING_TEST_DIE_AT_SHM_BARRIER="R:N" kills rank R at its segment's N-th
-barrier, and each allreduce here passes 32 of them (16 chunks of the
-default 4 MiB, two barriers each). The survivors must leave their wait, recover in the
+barrier, and each allreduce here passes 32 of them when staged in 4 MiB
+chunks (16 chunks, two barriers each) or 3 when read directly (the test
+pins the path). The survivors must leave their wait, recover in the
 same processes and finish; prints START, STEP and END lines like
 counter_job.py."""
 import os
@@ -18,7 +19,7 @@ import tf_ring as hvd
 from tf_ring import elastic
 
 STEPS = 7
-ELEMENTS = 64 * (1 << 20) // 4  # 32 barriers per allreduce
+ELEMENTS = 64 * (1 << 20) // 4  # 64 MB
 
 
 hvd.init()

@@ -2,7 +2,6 @@
 ranks read each other's tensors with process_vm_readv instead of staging
 them. Results are compared with NumPy sums of every rank's known input, and
 bit for bit with the staged path on the same inputs."""
-import ctypes
 import os
 import tempfile
 
@@ -11,32 +10,9 @@ import pytest
 import tensorflow as tf
 
 import tf_ring as hvd
-from helpers import all_inputs, check_on_root, rank_input, timeline_events
+from helpers import all_inputs, check_on_root, peers_readable, rank_input, timeline_events
 
 SINGLE_COPY_MIN_BYTES = 256 << 10  # shm_single_copy_allreduce.cc's kMinSingleCopyBytes
-
-
-class _Iovec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
-def _peers_readable():
-    """Whether this rank may read its peers' memory, probed without tf_ring."""
-    from mpi4py import MPI
-    libc = ctypes.CDLL(None, use_errno=True)
-    value = ctypes.c_uint64(0x5EED0000 + hvd.rank())
-    mine = (os.getpid(), ctypes.addressof(value))
-    everyone = MPI.COMM_WORLD.allgather(mine)
-    ok = True
-    for rank, (pid, address) in enumerate(everyone):
-        if rank == hvd.rank():
-            continue
-        got = ctypes.c_uint64(0)
-        local = _Iovec(ctypes.addressof(got), 8)
-        remote = _Iovec(address, 8)
-        n = libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-        ok = ok and n == 8 and got.value == 0x5EED0000 + rank
-    return all(MPI.COMM_WORLD.allgather(ok))
 
 
 def _restart(single_copy):
@@ -49,7 +25,7 @@ def _restart(single_copy):
 def single_copy_engine():
     if hvd.local_size() != hvd.size():
         pytest.skip("the shared-memory allreduce needs every rank on one host")
-    if not _peers_readable():
+    if not peers_readable():
         pytest.skip("this kernel does not let the ranks read each other's memory "
                     "(process_vm_readv: ptrace rules); the engine then stages instead")
     _restart(True)

@@ -15,6 +15,7 @@ enum class Kind {
   kNumber,        // atof; unset: the default
   kFlag,          // on when atof gives anything but 0
   kSwitch,        // off when "0", on otherwise; unset: the default
+  kAutoSwitch,    // "0" off, "auto" or unset automatic, on otherwise
   kHierarchical,  // ParseHierarchicalMode
   kText,          // a path; unset: none
 };
@@ -50,7 +51,7 @@ const Setting kSettings[] = {
     {"TF_RING_TIMELINE", Kind::kText, 0, "none"},
     {"TF_RING_TIMELINE_MARK_CYCLES", Kind::kFlag, 0, "0"},
     {"TF_RING_DYNAMIC_PROCESS_SETS", Kind::kSwitch, 0, "0"},
-    {"TF_RING_SHM_SINGLE_COPY", Kind::kSwitch, 0, "0"},
+    {"TF_RING_SHM_SINGLE_COPY", Kind::kAutoSwitch, 0, "auto"},
 };
 static_assert(sizeof(kSettings) / sizeof(kSettings[0]) == kCount, "one entry per Index");
 
@@ -70,6 +71,8 @@ std::string Meaning(const Setting& s, const SettingText& t) {
       return Number(s, t) != 0 ? "1" : "0";
     case Kind::kSwitch:
       return t.set ? (t.value == "0" ? "0" : "1") : (s.default_value != 0 ? "1" : "0");
+    case Kind::kAutoSwitch:
+      return !t.set || t.value == "auto" ? "auto" : t.value == "0" ? "0" : "1";
     case Kind::kHierarchical: {
       HierarchicalMode mode;
       if (!ParseHierarchicalMode(t.set ? t.value.c_str() : nullptr, &mode).ok()) {
@@ -152,7 +155,10 @@ Status ParseSettings(const SettingTexts& texts, EngineSettings* out) {
   s.cache_capacity = static_cast<size_t>(number(kCacheCapacity));
   s.shm = on(kShm);
   s.shm_chunk_bytes = number(kShmChunkBytes);
-  s.shm_single_copy = on(kShmSingleCopy);
+  const std::string single_copy = Meaning(kSettings[kShmSingleCopy], texts[kShmSingleCopy]);
+  s.shm_single_copy = single_copy == "auto" ? SingleCopyMode::kWhereCoresApart
+                      : single_copy == "1"  ? SingleCopyMode::kAlways
+                                            : SingleCopyMode::kNever;
   const SettingText& mode = texts[kHierarchical];
   Status st = ParseHierarchicalMode(mode.set ? mode.value.c_str() : nullptr, &s.hierarchical);
   if (!st.ok()) return st;

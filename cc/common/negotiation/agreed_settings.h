@@ -15,6 +15,7 @@
 #include "common/base/status.h"
 #include "common/observability/autotune.h"
 #include "common/transport/hierarchical_choice.h"
+#include "common/transport/single_copy_mode.h"
 
 namespace tf_ring {
 
@@ -50,7 +51,8 @@ struct EngineSettings {
   size_t cache_capacity = 1024;
   bool shm = true;
   double shm_chunk_bytes = -1;  // < 0: the default of the path chosen
-  bool shm_single_copy = false;  // read peers' tensors directly (process_vm_readv)
+  // When to read peers' tensors directly (process_vm_readv) instead of staging.
+  SingleCopyMode shm_single_copy = SingleCopyMode::kWhereCoresApart;
   HierarchicalMode hierarchical = HierarchicalMode::kAuto;
   double stall_check_seconds = 60;
   double stall_shutdown_seconds = 0;

@@ -41,7 +41,7 @@ struct ProcessSetOptions {
   // the area; ShmSegment::AllowSharedCacheChunks).
   size_t shm_shared_cache_chunk_bytes = 0;
   HierarchicalMode hierarchical = HierarchicalMode::kAuto;
-  bool shm_single_copy = false;  // large allreduces read peers' tensors directly
+  SingleCopyMode shm_single_copy = SingleCopyMode::kNever;  // when large allreduces read peers' tensors directly
   // The engine's timeline (it records only where it was started, rank 0).
   Timeline* timeline = nullptr;
 };

@@ -5,9 +5,11 @@
 // a rank stages again two chunks later may still sit in its peer's cache,
 // and each such line crosses between the caches twice, which made 1 MiB
 // chunks 2-5x slower than 4 MiB ones on the development VM
-// (benchmarks/README.md, 'Chunks that do not bounce'). The answer is
-// measured each time because a VM's vCPUs and the scheduler's choice of
-// cores move while a job runs.
+// (benchmarks/README.md, 'Chunks that do not bounce'); there, reading the
+// peers' tensors directly beats staging at all (SingleCopyMode). So the
+// measurement answers shared, apart or unknown, and is made each time
+// because a VM's vCPUs and the scheduler's choice of cores move while a
+// job runs.
 #include <sched.h>
 
 #include <algorithm>
@@ -23,25 +25,29 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Rank 0 pings each peer: two rounds to meet, then batches of round trips;
-// the fastest batch's mean is the measurement, so a peer descheduled for one
-// batch does not decide. Meeting takes two rounds because whichever side
-// came first may be asleep in its wait when the first round trip ends; the
-// second one ends with both awake.
+// the fastest clean batch's mean is the measurement. A batch with a round
+// slower than kSlowRound is not clean: the peer lost its core meanwhile
+// (TensorFlow's pool threads spin on a small host). Such rounds are still
+// waited out, as the allreduce would wait for that peer anyway, and more
+// batches follow, up to kMaxBatches. Meeting takes two rounds because
+// whichever side came first may be asleep in its wait when the first round
+// trip ends; the second one ends with both awake.
 constexpr int kMeetRounds = 2;
-constexpr int kBatches = 4;
+constexpr int kCleanBatches = 4;
+constexpr int kMaxBatches = 8;
 constexpr int kRoundsPerBatch = 4;
-// A round trip faster than this (110 ns each way) means a shared cache: on
-// the development VM one L3 reads under 100 ns one way, two chiplets over
-// 120 (benchmarks/bench_util.py core_latency_ns).
+// The development VM's fastest clean batches read 80-150 ns a round trip
+// where the cores share an L3 and 420-540 ns on two chiplets, nothing
+// between. Under the first line: shared; over the second: apart; between,
+// neither answer is sure.
 constexpr double kSharedCacheRoundTripNs = 220;
-// A round trip this slow means the peer lost its core meanwhile: stop
-// measuring and stage the whole area, which is never the slow choice.
-constexpr std::chrono::microseconds kRoundGiveUp{50};
+constexpr double kApartRoundTripNs = 300;
+constexpr std::chrono::microseconds kSlowRound{50};
 // The probe word's values: epoch << 16, plus (peer << 6) + round + 1 for a
-// ping, plus kFinal (+1 when shared) for the answer, which exceeds them all.
+// ping, plus kFinal + the answer for the answer, which exceeds them all.
 constexpr uint64_t kFinal = 0xFFF0;
 constexpr int kMaxRanks = 1000;  // (peer << 6) + rounds stays below kFinal
-constexpr int kRounds = kMeetRounds + kBatches * kRoundsPerBatch;
+constexpr int kRounds = kMeetRounds + kMaxBatches * kRoundsPerBatch;
 static_assert(kRounds < 64, "a peer's rounds fit in 6 bits");
 
 // The CPUs any local rank may run on (the union of their affinity masks,
@@ -59,12 +65,12 @@ int CpusOfLocalRanks(MPI_Comm local_comm) {
   return CPU_COUNT(&set);
 }
 
-// Tests only: "0" or "1" makes rank 0 answer that way whatever it measured,
-// so both chunk sizes can be exercised on any machine.
+// Tests only: "1" makes rank 0 answer shared, "0" apart, whatever it
+// measured, so every path can be exercised on any machine.
 int ForcedAnswer() {
   const char* value = std::getenv("TF_RING_TEST_SHM_SHARED_CACHE");
   if (value == nullptr || (value[0] != '0' && value[0] != '1')) return -1;
-  return value[0] - '0';
+  return value[0] == '1' ? 1 : 2;  // ShmSegment::kCacheShared : kCacheApart
 }
 }  // namespace
 
@@ -79,13 +85,15 @@ void ShmSegment::AllowSharedCacheChunks(MPI_Comm local_comm, size_t bytes) {
   forced_answer_ = ForcedAnswer();  // read once here, not on every large allreduce
 }
 
-size_t ShmSegment::ChunkBytesFor(int64_t total_bytes) {
+size_t ShmSegment::ChunkBytesFor(int64_t total_bytes, bool* cores_apart) {
+  if (cores_apart != nullptr) *cores_apart = false;
   // One area or less is one chunk either way: nothing is staged twice.
   if (shared_cache_chunk_bytes_ == 0 || total_bytes <= static_cast<int64_t>(area_bytes_)) return area_bytes_;
   ++probe_epoch_;
-  const int shared = rank_ == 0 ? LeadCacheProbe() : FollowCacheProbe();
-  if (shared < 0) return 0;
-  if (shared == 0) return area_bytes_;
+  const int answer = rank_ == 0 ? LeadCacheProbe() : FollowCacheProbe();
+  if (answer < 0) return 0;
+  if (cores_apart != nullptr) *cores_apart = answer == kCacheApart;
+  if (answer != kCacheShared) return area_bytes_;
   ++shared_cache_runs_;
   return shared_cache_chunk_bytes_;
 }
@@ -93,42 +101,50 @@ size_t ShmSegment::ChunkBytesFor(int64_t total_bytes) {
 int ShmSegment::LeadCacheProbe() {
   const uint64_t base = probe_epoch_ << 16;
   std::atomic<uint64_t>* mine = probe_word(0);
-  double fastest_ns = 0;  // the slowest peer's fastest batch
+  double slowest_ns = 0;  // the slowest peer's fastest clean batch
   bool measured = true;
   for (int q = 1; q < size_ && measured; ++q) {
     std::atomic<uint64_t>* theirs = probe_word(q);
-    double best = -1;
-    Clock::time_point batch_start;
-    for (int round = 0; round < kRounds && measured; ++round) {
-      const uint64_t ping = base + (static_cast<uint64_t>(q) << 6) + round + 1;
-      const Clock::time_point sent = Clock::now();
+    int round = 0;
+    auto send = [&]() {
+      const uint64_t ping = base + (static_cast<uint64_t>(q) << 6) + (++round);
       mine->store(ping, std::memory_order_release);
-      if (round < kMeetRounds) {
-        // The peer may not have reached this allreduce yet: wait as a barrier does.
-        if (!WaitForPeer(q, theirs, ping)) measured = false;
-        batch_start = Clock::now();
-        continue;
-      }
-      // The clock is read rarely while polling: each read would delay seeing the echo.
-      for (int polls = 1; theirs->load(std::memory_order_acquire) < ping; ++polls) {
-        if (polls % 256 == 0 && Clock::now() - sent > kRoundGiveUp) {
-          measured = false;
-          break;
+      return ping;
+    };
+    // The peer may not have reached this allreduce yet: wait as a barrier does.
+    for (int i = 0; i < kMeetRounds && measured; ++i) measured = WaitForPeer(q, theirs, send());
+    double best = -1;
+    for (int batch = 0, clean = 0; measured && batch < kMaxBatches && clean < kCleanBatches; ++batch) {
+      bool slow = false;
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < kRoundsPerBatch && measured; ++i) {
+        const Clock::time_point sent = Clock::now();
+        const uint64_t ping = send();
+        // The clock is read rarely while polling: each read would delay seeing the echo.
+        for (int polls = 1; theirs->load(std::memory_order_acquire) < ping; ++polls) {
+          if (polls % 256 == 0 && Clock::now() - sent > kSlowRound) {
+            slow = true;
+            measured = WaitForPeer(q, theirs, ping);  // false: the peer died
+            break;
+          }
         }
       }
-      if (measured && (round - kMeetRounds + 1) % kRoundsPerBatch == 0) {
-        const Clock::time_point now = Clock::now();
-        const double mean = std::chrono::duration<double, std::nano>(now - batch_start).count() / kRoundsPerBatch;
-        best = best < 0 ? mean : std::min(best, mean);
-        batch_start = now;
-      }
+      if (!measured || slow) continue;
+      const double mean =
+          std::chrono::duration<double, std::nano>(Clock::now() - start).count() / kRoundsPerBatch;
+      best = best < 0 ? mean : std::min(best, mean);
+      ++clean;
     }
-    fastest_ns = std::max(fastest_ns, best);
+    if (best < 0) measured = false;  // no clean batch: say nothing
+    slowest_ns = std::max(slowest_ns, best);
   }
-  int shared = measured && fastest_ns < kSharedCacheRoundTripNs ? 1 : 0;
-  if (forced_answer_ >= 0) shared = forced_answer_;
-  mine->store(base + kFinal + static_cast<uint64_t>(shared), std::memory_order_release);
-  return shared;
+  int answer = !measured                               ? kCacheUnknown
+               : slowest_ns < kSharedCacheRoundTripNs ? kCacheShared
+               : slowest_ns > kApartRoundTripNs       ? kCacheApart
+                                                      : kCacheUnknown;
+  if (forced_answer_ >= 0) answer = forced_answer_;
+  mine->store(base + kFinal + static_cast<uint64_t>(answer), std::memory_order_release);
+  return answer;
 }
 
 int ShmSegment::FollowCacheProbe() {

@@ -128,7 +128,7 @@ Status ShmSegment::Map(MPI_Comm local_comm, size_t bytes) {
                          ". Free space in /dev/shm, or set TF_RING_SHM=0 to use MPI inside the host.");
 }
 
-Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy, int owner_rank) {
+Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, SingleCopyMode single_copy, int owner_rank) {
   MPI_Comm_rank(local_comm, &rank_);
   MPI_Comm_size(local_comm, &size_);
   area_bytes_ = area_bytes;
@@ -160,7 +160,9 @@ Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy
   shared_cache_chunk_bytes_ = 0;  // until AllowSharedCacheChunks
   probe_epoch_ = 0;
   die_at_barrier_ = DieAtBarrier(owner_rank);
-  if (size_ > 1) ProbeCrossMemory(local_comm, single_copy, &pids_);
+  single_copy_mode_ = single_copy;
+  pids_.clear();
+  if (size_ > 1) ProbeCrossMemory(local_comm, single_copy != SingleCopyMode::kNever, &pids_);
   MPI_Barrier(local_comm);  // every header is written before first use
   int visible = 1, all_visible = 0;
   for (int r = 0; r < size_; ++r) {
@@ -172,7 +174,7 @@ Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy
 }
 
 Status ShmSegment::InitEverywhere(MPI_Comm comm, MPI_Comm local_comm, size_t area_bytes,
-                                  size_t fallback_bytes, bool single_copy, int owner_rank) {
+                                  size_t fallback_bytes, SingleCopyMode single_copy, int owner_rank) {
   Status s = Init(local_comm, area_bytes, single_copy, owner_rank);
   if (fallback_bytes == 0 || fallback_bytes >= area_bytes) return s;
   int ok = s.ok() ? 1 : 0, everywhere = 0;

@@ -23,6 +23,7 @@
 
 #include "common/base/status.h"
 #include "common/transport/process_liveness.h"
+#include "common/transport/single_copy_mode.h"
 
 namespace tf_ring {
 
@@ -32,16 +33,18 @@ class ShmSegment {
   // 2 * `area_bytes` (an input area and a result area), and a table where
   // its rank publishes tensor addresses for single-copy reads, which are
   // used when `single_copy` is true on every rank and the kernel allows
-  // them (see cross_memory.h). `owner_rank` is this rank's number in the
-  // engine's communicator, for the message that names a dead peer.
-  Status Init(MPI_Comm local_comm, size_t area_bytes, bool single_copy = false, int owner_rank = -1);
+  // them (see cross_memory.h), as `single_copy` says. `owner_rank` is this
+  // rank's number in the engine's communicator, for the message that names
+  // a dead peer.
+  Status Init(MPI_Comm local_comm, size_t area_bytes, SingleCopyMode single_copy = SingleCopyMode::kNever,
+              int owner_rank = -1);
   // Init, collective over `comm` (all of the set's ranks, `local_comm` this
   // host's share of them): where some host cannot reserve areas of
   // `area_bytes` (a small /dev/shm), every host maps `fallback_bytes`
   // instead, so all hosts still cut a buffer into the same chunks. A
   // fallback of 0 (or no smaller) means none: the error stands.
   Status InitEverywhere(MPI_Comm comm, MPI_Comm local_comm, size_t area_bytes, size_t fallback_bytes,
-                        bool single_copy, int owner_rank);
+                        SingleCopyMode single_copy, int owner_rank);
   // Local. `abort_waiters`: first tell every local rank waiting in Barrier()
   // to give up (this rank will not arrive any more).
   void Release(bool abort_waiters = false);
@@ -59,9 +62,10 @@ class ShmSegment {
   char* input_area(int rank, int buffer) const { return data_[rank] + buffer * 2 * area_bytes_; }
   char* result_area(int rank, int buffer) const { return input_area(rank, buffer) + area_bytes_; }
 
-  // Single-copy reads: each rank's pid, and its table of up to
+  // Single-copy reads: when they are used (kNever where the kernel forbids
+  // them on some local rank), each rank's pid, and its table of up to
   // `address_slots()` addresses (published before a barrier, read after it).
-  bool single_copy() const { return !pids_.empty(); }
+  SingleCopyMode single_copy_mode() const { return pids_.empty() ? SingleCopyMode::kNever : single_copy_mode_; }
   pid_t pid(int rank) const { return pids_[rank]; }
   uint64_t* address_table(int rank) const { return reinterpret_cast<uint64_t*>(tables_[rank]); }
   static size_t address_slots();
@@ -99,13 +103,19 @@ class ShmSegment {
   // staged again while a peer's core still holds it would cross between
   // caches twice). Every local rank gets the same answer; 0 means a local
   // rank died during the measurement. Without the call: always the area.
+  // `cores_apart`, when given, tells whether the measurement found some
+  // peer's core clearly on another cache (not merely no shared one: a
+  // measurement a descheduled peer spoiled answers neither).
   void AllowSharedCacheChunks(MPI_Comm local_comm, size_t bytes);
   // The default of `bytes`: 1 MiB chunks stay in a cache two cores share,
   // and took 64 MB 9-12% faster than 4 MiB ones there (benchmarks/README.md).
   static constexpr size_t kSharedCacheChunkBytes = 1 << 20;
-  size_t ChunkBytesFor(int64_t total_bytes);
-  // How many allreduces ChunkBytesFor() gave the small chunks (for stats()).
+  size_t ChunkBytesFor(int64_t total_bytes, bool* cores_apart = nullptr);
+  // How many allreduces ChunkBytesFor() gave the small chunks, and how many
+  // read their peers' tensors directly (for stats()).
   int64_t shared_cache_runs() const { return shared_cache_runs_; }
+  int64_t single_copy_runs() const { return single_copy_runs_; }
+  void CountSingleCopyRun() { ++single_copy_runs_; }
 
  private:
   // The AND rounds' count and slots share the counter page, each on lines
@@ -127,7 +137,9 @@ class ShmSegment {
   bool PeerAborted();  // the abort word is set: notes the lost peer
   // The cache probe's word per rank, on a line of its own in the counter page.
   std::atomic<uint64_t>* probe_word(int rank) const { return counters_[rank] + 48; }
-  int LeadCacheProbe();    // local rank 0: 1 shared, 0 not
+  // The measurement's answers.
+  enum CacheAnswer { kCacheUnknown = 0, kCacheShared = 1, kCacheApart = 2 };
+  int LeadCacheProbe();    // local rank 0: a CacheAnswer
   int FollowCacheProbe();  // the others: rank 0's answer, -1 when it died
   static constexpr std::chrono::microseconds kPatientSpin{50};
   static constexpr std::chrono::microseconds kPatientMaxNap{200};
@@ -151,6 +163,8 @@ class ShmSegment {
   uint64_t probe_epoch_ = 0;
   int forced_answer_ = -1;  // tests only: TF_RING_TEST_SHM_SHARED_CACHE, or -1
   int64_t shared_cache_runs_ = 0;
+  int64_t single_copy_runs_ = 0;
+  SingleCopyMode single_copy_mode_ = SingleCopyMode::kNever;
   std::vector<char*> data_;
   std::vector<std::atomic<uint64_t>*> counters_;
   std::vector<char*> tables_;

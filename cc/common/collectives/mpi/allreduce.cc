@@ -8,6 +8,7 @@
 #include "common/collectives/shm/shm_small_allreduce.h"
 #include "common/transport/mpi_types.h"
 #include "common/reduction/scale.h"
+#include "common/transport/peer_failure.h"
 
 namespace tf_ring {
 
@@ -58,9 +59,19 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
   if (!ctx.hosts && UseSingleCopy(*ctx.shm, spans.size(), bytes)) {
     return ShmSingleCopyAllreduce(ctx.shm, spans, spec);
   }
-  AcrossHosts across;
-  if (ctx.hosts) across = CrossHostAllreduce(*ctx.hosts, resp.dtype, resp.reduce_op);
-  return ShmAllreduce(ctx.shm, spans, spec, across);
+  // Across hosts every host must cut the buffer alike: the whole area.
+  if (ctx.hosts) {
+    return ShmAllreduce(ctx.shm, spans, spec, CrossHostAllreduce(*ctx.hosts, resp.dtype, resp.reduce_op));
+  }
+  // Inside one host the chunk, and whether to stage at all, suit whether
+  // the local ranks' cores share a cache (measured now: they move).
+  bool cores_apart = false;
+  const size_t chunk_bytes = ctx.shm->ChunkBytesFor(bytes, &cores_apart);
+  if (chunk_bytes == 0) return PeerLostStatus();  // a local rank died during the measurement
+  if (cores_apart && UseSingleCopyWhereCoresApart(*ctx.shm, spans.size(), bytes)) {
+    return ShmSingleCopyAllreduce(ctx.shm, spans, spec);
+  }
+  return ShmAllreduce(ctx.shm, spans, spec, AcrossHosts(), chunk_bytes);
 }
 
 Status RunAllreduce(const CollectiveContext& ctx, const Response& resp,

@@ -31,16 +31,13 @@ void ForEachPiece(const std::vector<Span>& spans, int64_t begin, int64_t bytes, 
 }  // namespace
 
 Status ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceSpec& spec,
-                    const AcrossHosts& across) {
+                    const AcrossHosts& across, size_t chunk_bytes) {
   const int me = shm->rank(), n = shm->size();
   const int64_t elem = static_cast<int64_t>(DataTypeSize(spec.dtype));
   int64_t total_bytes = 0;
   for (const Span& s : spans) total_bytes += s.bytes;
   const int64_t total = total_bytes / elem;
-  // Across hosts every host must cut the buffer alike: the whole area. Inside
-  // one, the chunk suits whether the local ranks' cores share a cache.
-  const size_t chunk_bytes = across ? shm->area_bytes() : shm->ChunkBytesFor(total_bytes);
-  if (chunk_bytes == 0) return PeerLostStatus();  // a local rank died during the measurement
+  if (chunk_bytes == 0 || chunk_bytes > shm->area_bytes()) chunk_bytes = shm->area_bytes();
   const int64_t chunk_elems = static_cast<int64_t>(chunk_bytes) / elem;
   Status status;
   // The one-sweep finish needs nothing between the local reduction and the

@@ -41,9 +41,10 @@ struct ReduceSpec {
 // error stops the allreduce (every host sees its MPI call fail alike).
 using AcrossHosts = std::function<Status(char* data, int64_t elements)>;
 
-// `across` is empty when every rank is on this node.
+// `across` is empty when every rank is on this node. The buffer is staged
+// `chunk_bytes` at a time (at most the segment's area; 0: the whole area).
 Status ShmAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceSpec& spec,
-                    const AcrossHosts& across = AcrossHosts());
+                    const AcrossHosts& across = AcrossHosts(), size_t chunk_bytes = 0);
 
 }  // namespace tf_ring
 

@@ -203,12 +203,22 @@ class SingleCopyWalk {
 
 }  // namespace
 
+namespace {
+bool Fits(const ShmSegment& shm, size_t tensors, int64_t bytes) {
+  return shm.size() > 1 && 2 * tensors <= ShmSegment::address_slots() && bytes >= kMinSingleCopyBytes;
+}
+}  // namespace
+
 bool UseSingleCopy(const ShmSegment& shm, size_t tensors, int64_t bytes) {
-  if (!shm.single_copy() || shm.size() < 2) return false;
-  return 2 * tensors <= ShmSegment::address_slots() && bytes >= kMinSingleCopyBytes;
+  return shm.single_copy_mode() == SingleCopyMode::kAlways && Fits(shm, tensors, bytes);
+}
+
+bool UseSingleCopyWhereCoresApart(const ShmSegment& shm, size_t tensors, int64_t bytes) {
+  return shm.single_copy_mode() == SingleCopyMode::kWhereCoresApart && Fits(shm, tensors, bytes);
 }
 
 Status ShmSingleCopyAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceSpec& spec) {
+  shm->CountSingleCopyRun();
   return SingleCopyWalk(shm, spans, spec).Run();
 }
 
