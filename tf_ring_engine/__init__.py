@@ -101,7 +101,8 @@ def gpu_built():
 
 
 STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_batches", "tensors", "bytes",
-              "hierarchical_batches", "caller_finished", "shm_small_chunk_batches", "scratch_bytes")
+              "hierarchical_batches", "caller_finished", "shm_small_chunk_batches", "shm_single_copy_batches",
+              "scratch_bytes")
 
 
 def stats():
