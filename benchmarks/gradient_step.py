@@ -287,10 +287,10 @@ def main():
         steps = STATS_STEPS
         print("cores before/after (see allreduce_sweep.py): %s" % core_label(cores_before, cores_after))
         print("engine per step: %.1f cycles, %.1f negotiations, %.1f fused batches, %.0f cache hits, "
-              "%.1f batches in small chunks (cores sharing a cache)"
+              "%.1f batches in small chunks (cores sharing a cache), %.1f read directly (cores apart)"
               % tuple((after[k] - before[k]) / steps
                       for k in ("cycles", "negotiations", "fused_batches", "cache_hits",
-                                "shm_small_chunk_batches")))
+                                "shm_small_chunk_batches", "shm_single_copy_batches")))
 
 
 if __name__ == "__main__":
