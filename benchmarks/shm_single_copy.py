@@ -1,5 +1,7 @@
-"""The shared-memory allreduce staged (the default) against single-copy
-reads of the peers' tensors (TF_RING_SHM_SINGLE_COPY=1, process_vm_readv),
+"""The shared-memory allreduce always staged (TF_RING_SHM_SINGLE_COPY=0)
+against always single-copy reads of the peers' tensors
+(TF_RING_SHM_SINGLE_COPY=1, process_vm_readv; the default, auto, picks
+between them per allreduce by the cores' measured state),
 with mpi4py's Allreduce on the same buffers, in one run. The engine is
 restarted between the two settings, which alternate in blocks so that
 drift on a busy machine falls on both alike. Also prints how fast the
