@@ -161,7 +161,6 @@ Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, SingleCopyMode s
   probe_epoch_ = 0;
   die_at_barrier_ = DieAtBarrier(owner_rank);
   single_copy_mode_ = single_copy;
-  pids_.clear();
   if (size_ > 1) ProbeCrossMemory(local_comm, single_copy != SingleCopyMode::kNever, &pids_);
   MPI_Barrier(local_comm);  // every header is written before first use
   int visible = 1, all_visible = 0;

@@ -68,7 +68,7 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
   bool cores_apart = false;
   const size_t chunk_bytes = ctx.shm->ChunkBytesFor(bytes, &cores_apart);
   if (chunk_bytes == 0) return PeerLostStatus();  // a local rank died during the measurement
-  if (cores_apart && UseSingleCopyWhereCoresApart(*ctx.shm, spans.size(), bytes)) {
+  if (UseSingleCopy(*ctx.shm, spans.size(), bytes, cores_apart)) {
     return ShmSingleCopyAllreduce(ctx.shm, spans, spec);
   }
   return ShmAllreduce(ctx.shm, spans, spec, AcrossHosts(), chunk_bytes);

@@ -203,18 +203,10 @@ class SingleCopyWalk {
 
 }  // namespace
 
-namespace {
-bool Fits(const ShmSegment& shm, size_t tensors, int64_t bytes) {
-  return shm.size() > 1 && 2 * tensors <= ShmSegment::address_slots() && bytes >= kMinSingleCopyBytes;
-}
-}  // namespace
-
-bool UseSingleCopy(const ShmSegment& shm, size_t tensors, int64_t bytes) {
-  return shm.single_copy_mode() == SingleCopyMode::kAlways && Fits(shm, tensors, bytes);
-}
-
-bool UseSingleCopyWhereCoresApart(const ShmSegment& shm, size_t tensors, int64_t bytes) {
-  return shm.single_copy_mode() == SingleCopyMode::kWhereCoresApart && Fits(shm, tensors, bytes);
+bool UseSingleCopy(const ShmSegment& shm, size_t tensors, int64_t bytes, bool cores_apart) {
+  const SingleCopyMode mode = shm.single_copy_mode();
+  const bool wanted = mode == SingleCopyMode::kAlways || (mode == SingleCopyMode::kWhereCoresApart && cores_apart);
+  return wanted && shm.size() > 1 && 2 * tensors <= ShmSegment::address_slots() && bytes >= kMinSingleCopyBytes;
 }
 
 Status ShmSingleCopyAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceSpec& spec) {

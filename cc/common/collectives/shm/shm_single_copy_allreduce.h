@@ -19,14 +19,12 @@
 
 namespace tf_ring {
 
-// Whether the single-copy walk takes this batch whatever the cores: the
-// segment reads directly always (TF_RING_SHM_SINGLE_COPY=1), the batch is
-// large enough for its syscalls and barrier to pay, and its addresses fit
-// the segment's table. Every rank reaches the same answer: all inputs are agreed.
-bool UseSingleCopy(const ShmSegment& shm, size_t tensors, int64_t bytes);
-// The same for a batch whose measurement found the cores apart (the
-// default, SingleCopyMode::kWhereCoresApart).
-bool UseSingleCopyWhereCoresApart(const ShmSegment& shm, size_t tensors, int64_t bytes);
+// Whether the single-copy walk takes this batch: the segment reads directly
+// always (TF_RING_SHM_SINGLE_COPY=1), or where the cores are apart (the
+// default) and the measurement said so (`cores_apart`); the batch is large
+// enough for its syscalls and barrier to pay, and its addresses fit the
+// segment's table. Every rank reaches the same answer: all inputs are agreed.
+bool UseSingleCopy(const ShmSegment& shm, size_t tensors, int64_t bytes, bool cores_apart = false);
 
 Status ShmSingleCopyAllreduce(ShmSegment* shm, const std::vector<Span>& spans, const ReduceSpec& spec);
 
