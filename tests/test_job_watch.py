@@ -378,3 +378,42 @@ def test_a_ranks_end_line_closes_its_last_silence(capfd):
     launcher._run_job(["sh", "-c", script], dict(os.environ), 1, watch, start_timeout=60,
                       silence_timeout=30)
     assert 1.1 < watch.longest_gap["output"] < 5, capfd.readouterr().err
+
+
+# What prterun printed when every Python process of rank 2 on node03 was
+# killed, its wrapper too (on the simulated hosts, 2026-11-28): the wrapper
+# could not report, and neither could rank 1, cut off by the teardown.
+KILLED_WITH_ITS_WRAPPER = (b"--------------------------------------------------------------------------\n"
+                           b"prterun noticed that process rank 2 with PID 4417 on node node03 exited on\n"
+                           b"signal 9 (Killed).\n"
+                           b"--------------------------------------------------------------------------\n")
+
+
+def three_node_watch(started, mpirun_says=b""):
+    """Ranks 0, 1, 2 on node01..03; rank 0 reports being stopped."""
+    watch = JobWatch(TOKEN, 3, {0: "node01", 1: "node02", 2: "node03"})
+    pump(watch, [status("start", r, h) for r, h in started.items()]
+         + [status("stopped", 0, "143"), mpirun_says])
+    return watch
+
+
+def test_mpiruns_report_of_a_killed_rank_blames_only_its_host():
+    from tf_ring.run import elastic_plan
+    watch = three_node_watch({0: "node01", 1: "node02"}, KILLED_WITH_ITS_WRAPPER)
+    assert watch.signalled_ranks() == {2: ("node03", 9)}
+    watch.take_mpirun_reports()
+    assert watch.ended[2] == ("exit", 137) and watch.lost_ranks() == [1]
+    rc, lost = elastic_plan.judge_world(0, dict(watch.ended), list(watch.end_order),
+                                        watch.lost_ranks(), watch.lost_hosts_named(),
+                                        watch.host_of, watch.mpi_error_ranks())
+    assert lost == {"node03"}  # node02's rank was only cut off: no evidence against it
+    rc, lost = elastic_plan.judge_in_process_world(
+        dict(watch.ended), list(watch.end_order), watch.lost_ranks(), watch.lost_hosts_named(),
+        watch.host_of, 3, None)
+    assert "node03" in lost  # in-process, a rank that never ended counts too: survivors report
+
+
+def test_without_mpiruns_report_both_silent_hosts_stay_suspects():
+    watch = three_node_watch({0: "node01", 1: "node02", 2: "node03"})
+    watch.take_mpirun_reports()
+    assert watch.lost_ranks() == [1, 2]

@@ -26,6 +26,12 @@ _MPIRUN_HOST_PATTERNS = (re.compile(rb"Remote host:\s+(\S+)"),
 # call failed ("*** reported by process [job,rank]"); MPI_Abort and Python
 # exceptions print other words.
 _MPI_ERROR_RANK = re.compile(rb"\*\*\* reported by process \[\d+,(\d+)\]")
+# PRRTE's own word for a rank process that died of a signal (wrapped over
+# lines): "prterun noticed that process rank 2 with PID 77 on node n3 exited
+# on\nsignal 9 (Killed)." Evidence of which rank died where, when its
+# wrapper was killed with it and could not report.
+_SIGNALLED_RANK = re.compile(rb"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+)"
+                             rb"\s+exited\s+on\s+signal\s+(\d+)")
 _KEEP_TAIL = 256 * 1024  # of each stream's other output, for the patterns above
 # What TensorFlow prints on every rank of a machine without a GPU, whatever
 # TF_CPP_MIN_LOG_LEVEL says (the first two come before its logging starts):
@@ -266,6 +272,25 @@ class JobWatch(object):
         with self._lock:
             texts = [bytes(tail) for tail in self._tails.values()]
         return sorted({int(m.group(1)) for t in texts for m in _MPI_ERROR_RANK.finditer(t)})
+
+    def signalled_ranks(self):
+        """{rank: (host, signal)} for the ranks mpirun said died of a signal."""
+        with self._lock:
+            texts = [bytes(tail) for tail in self._tails.values()]
+        return {int(m.group(1)): (m.group(2).decode(errors="replace"), int(m.group(3)))
+                for t in texts for m in _SIGNALLED_RANK.finditer(t)}
+
+    def take_mpirun_reports(self):
+        """Counts a rank mpirun saw die of a signal as one that reported it
+        (exit 128 + signal) when its wrapper died with it and said nothing:
+        then that rank's host is the one to blame, not every silent rank's."""
+        signalled = self.signalled_ranks()
+        with self._lock:
+            for rank, (host, number) in sorted(signalled.items()):
+                if rank < self.np and rank not in self.ended:
+                    self.ended[rank] = ("exit", 128 + number)
+                    self.end_order.append(rank)
+                    self.started.setdefault(rank, host)
 
     def lost_ranks(self):
         """Ranks that never reported an end: their shell was killed outright,

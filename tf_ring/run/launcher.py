@@ -439,6 +439,8 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_fai
         for pump in pumps:
             # A leftover process may still hold a pipe; do not wait on it long.
             pump.join(timeout=max(0.0, deadline - time.time()))
+        if watch:
+            watch.take_mpirun_reports()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
