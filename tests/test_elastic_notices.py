@@ -1,44 +1,141 @@
-"""The driver -> rank 0 notice channel: private directory, secret-checked
-lines, partial lines left for the next poll, and the environment hookup."""
-import os
-import stat
+"""The driver <-> rank 0 control channel: the per-job secret proven both
+ways before anything is said, notices handed out once, reports of the
+shrunk size and of commits, what a stranger without the secret gets (nothing),
+and the environment hookup of the notice source."""
+import json
+import socket
 
-from tf_ring.elastic import hosts, notices
+from tf_ring.elastic import control_client, control_wire, hosts, notices
 from tf_ring.elastic.errors import HostUpdateResult
+from tf_ring.run.control_service import ControlService
 
 
-def test_job_dir_is_private_and_secret_is_per_job(tmp_path):
-    path, secret = notices.make_job_dir(str(tmp_path), "j1")
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
-    _, other = notices.make_job_dir(str(tmp_path), "j2")
-    assert len(secret) == 32 and secret != other
+def service_and_client(secret="s3cret", client_secret=None):
+    service = ControlService(secret, ["127.0.0.1"])
+    env = dict(service.environment(), TF_RING_ELASTIC_SECRET=client_secret or secret)
+    return service, control_client.from_environment(env)
 
 
-def test_source_reads_new_notices_once_and_ignores_wrong_secret(tmp_path):
-    path, secret = notices.make_job_dir(str(tmp_path), "j")
-    source = notices.FileNoticeSource(path, secret)
-    assert source() == []  # no file yet
-    notices.write_notice(path, secret, 5.5, HostUpdateResult.added)
-    notices.write_notice(path, "not-the-secret", 6.0, HostUpdateResult.removed)
-    assert source() == [(5.5, 2)]
+def test_notices_reach_rank_0_once_and_a_new_world_starts_empty():
+    service, client = service_and_client()
+    try:
+        assert client.notices() == []
+        service.add_notice(5.5, HostUpdateResult.added)
+        service.add_notice(6.0, HostUpdateResult.removed)
+        assert client.notices() == [(5.5, 2), (6.0, 1)]
+        assert client.notices() == []
+        service.add_notice(7.0, HostUpdateResult.added)
+        assert client.notices() == [(7.0, 2)]
+        service.new_world()
+        assert service.world_size is None
+    finally:
+        client.close()
+        service.close()
+
+
+def test_reports_of_size_and_commit_reach_the_launcher():
+    service, client = service_and_client()
+    try:
+        assert service.world_size is None and service.committed == 0
+        client.report_world_size(2)
+        client.report_commit(7)
+        client.report_commit(5)  # an older report never lowers it
+        assert service.world_size == 2 and service.committed == 7
+        assert service.refused == 0
+    finally:
+        client.close()
+        service.close()
+
+
+def test_a_client_without_the_secret_learns_and_changes_nothing(capsys):
+    service, client = service_and_client(client_secret="wrong")
+    try:
+        service.add_notice(1.0, HostUpdateResult.added)
+        assert client.notices() == []  # the launcher refused it
+        client.report_world_size(1)
+        assert service.world_size is None
+        assert "cannot reach tfringrun's control channel" in capsys.readouterr().err
+        assert service.refused >= 1
+    finally:
+        client.close()
+        service.close()
+
+
+def test_a_stranger_gets_only_a_nonce_and_garbage_is_refused():
+    service = ControlService("s3cret", ["127.0.0.1"])
+    port = int(service.environment()[control_wire.ADDRESS_ENV].rsplit(":", 1)[1])
+    try:
+        for attempt in (b'{"op": "notices", "since": 0}\n', b"\xff\xfe not json\n",
+                        json.dumps({"nonce": "n", "proof": "\u00e9" * 64}).encode() + b"\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                reader = sock.makefile("rb")
+                greeting = json.loads(reader.readline())
+                assert set(greeting) == {"nonce"}
+                sock.sendall(attempt)
+                assert reader.readline() == b""  # dropped without an answer
+        assert service.refused == 3
+    finally:
+        service.close()
+
+
+def test_a_fake_launcher_is_refused_by_the_rank():
+    """Something listening where the rank looks, without the secret, cannot
+    hand rank 0 notices: its proof fails."""
+    fake = socket.socket()
+    fake.bind(("127.0.0.1", 0))
+    fake.listen(1)
+    client = control_client.from_environment({
+        control_wire.ADDRESS_ENV: "127.0.0.1:%d" % fake.getsockname()[1],
+        control_wire.SECRET_ENV: "s3cret"})
+
+    def serve():
+        conn, _ = fake.accept()
+        with conn:
+            reader = conn.makefile("rb")
+            conn.sendall(b'{"nonce": "abc"}\n')
+            reader.readline()
+            conn.sendall(b'{"proof": "%s"}\n' % (b"0" * 64))
+            conn.sendall(b'{"notices": [[1.0, 2]], "next": 1}\n')
+    import threading
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        assert client.notices() == []
+    finally:
+        client.close()
+        fake.close()
+
+
+def test_environment_installs_the_service_source(monkeypatch):
+    service = ControlService("s3cret", ["127.0.0.1"])
+    try:
+        assert notices.source_from_environment({}) is None
+        for key, value in dict(service.environment(), TF_RING_ELASTIC_SECRET="s3cret").items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setattr(control_client, "_client_checked", False)
+        monkeypatch.setattr(hosts, "_source", None)
+        monkeypatch.setattr(hosts, "_from_environment_checked", False)
+        service.add_notice(1.0, HostUpdateResult.added)
+        assert hosts.poll_host_updates() == [(1.0, 2)]
+        hosts.set_host_update_source(None)  # an explicit choice wins over the environment
+        service.add_notice(2.0, HostUpdateResult.added)
+        assert hosts.poll_host_updates() == []
+    finally:
+        control_client.from_environment().close()
+        service.close()
+
+
+def test_rank_0_asks_at_most_every_poll_interval():
+    asked = []
+
+    class Client:
+        def notices(self):
+            asked.append(1)
+            return [(1.0, 2)]
+
+    now = [0.0]
+    source = notices.ServiceNoticeSource(Client(), clock=lambda: now[0])
+    assert source() == [(1.0, 2)]
+    now[0] += notices.MIN_POLL_INTERVAL_S / 2
     assert source() == []
-    with open(os.path.join(path, notices.NOTICE_FILE), "a") as f:
-        f.write("%s 7.0 1" % secret)  # no newline yet: a write in progress
-    assert source() == []
-    with open(os.path.join(path, notices.NOTICE_FILE), "a") as f:
-        f.write("\n")
-    assert source() == [(7.0, 1)]
-
-
-def test_environment_installs_the_file_source(tmp_path, monkeypatch):
-    path, secret = notices.make_job_dir(str(tmp_path), "j")
-    assert notices.source_from_environment({}) is None
-    monkeypatch.setenv("TF_RING_ELASTIC_DIR", path)
-    monkeypatch.setenv("TF_RING_ELASTIC_SECRET", secret)
-    monkeypatch.setattr(hosts, "_source", None)
-    monkeypatch.setattr(hosts, "_from_environment_checked", False)
-    notices.write_notice(path, secret, 1.0, HostUpdateResult.added)
-    assert hosts.poll_host_updates() == [(1.0, 2)]
-    hosts.set_host_update_source(None)  # an explicit choice wins over the environment
-    notices.write_notice(path, secret, 2.0, HostUpdateResult.added)
-    assert hosts.poll_host_updates() == []
+    now[0] += notices.MIN_POLL_INTERVAL_S
+    assert source() == [(1.0, 2)] and len(asked) == 2

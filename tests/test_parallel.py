@@ -32,7 +32,7 @@ GROUPS = {
                 "eager_inline_wait", "join",
                 "init_comm", "local_variables", "tape", "v1_session"], {}),
     "process_sets": (["process_sets", "process_sets_dynamic", "process_sets_idle"], {}),
-    "elastic": (["elastic_state", "elastic_data"], {}),
+    "elastic": (["elastic_state", "elastic_data", "elastic_mirror"], {}),
     "keras": (["keras", "keras_mixed_precision", "keras_warmup_and_load", "keras_xla",
                "sync_batch_norm"], KERAS_ENV),
     "tf_keras": (["tf_keras", "tf_keras_mixed_precision", "tf_keras_warmup_and_load",

@@ -90,13 +90,10 @@ def _renumber(registered, old, shrunk):
 
 
 def _tell_driver(size):
-    """Rank 0 writes the new world size where tfringrun reads it: how many
-    ranks must end before the launcher may stop mpirun (which under ULFM can
-    wait for a lost host forever)."""
-    directory = os.environ.get("TF_RING_ELASTIC_DIR")
-    if not directory or basics.rank() != 0:
-        return
-    path = os.path.join(directory, "world_size")
-    with open(path + ".tmp", "w") as f:
-        f.write("%d\n" % size)
-    os.replace(path + ".tmp", path)
+    """Rank 0 tells tfringrun the new world size over the control channel:
+    how many ranks must end before the launcher may stop mpirun (which under
+    ULFM can wait for a lost host forever)."""
+    from tf_ring.elastic import control_client
+    client = control_client.from_environment()
+    if client is not None and basics.rank() == 0:
+        client.report_world_size(size)

@@ -105,7 +105,9 @@ def run(func):
             try:
                 if not skip_sync:
                     state.sync()
-                return func(state, *args, **kwargs)
+                result = func(state, *args, **kwargs)
+                restart.finish()  # done: no host keeps the job's state after it
+                return result
             except HorovodInternalError as error:
                 state.restore()
                 skip_sync = False

@@ -1,20 +1,21 @@
 """tfringrun's elastic mode (--min-np / --max-np / --host-discovery-script):
 a coordinated restart. The driver runs the job with the launcher's mpirun
 invocation, polls discovery about once a second, tells rank 0 about added
-slots through the job's notice file, and relaunches the job when ranks ask
+slots through its control service
+(tf_ring.run.control_service, reached from any host), and relaunches the job when ranks ask
 for it (EXIT_HOSTS_UPDATED) or when ranks were lost (their hosts are then
 blacklisted). Non-elastic runs never enter this module."""
 import copy
 import os
-import shutil
+import secrets
 import sys
 import threading
 import time
 
-from tf_ring.elastic import notices
 from tf_ring.elastic.errors import HostUpdateResult
-from tf_ring.run import discovery
-from tf_ring.run import elastic_plan
+from tf_ring.elastic.restart import COMMITTED_ENV
+from tf_ring.run import beats, discovery
+from tf_ring.run.control_service import ControlService
 from tf_ring.run import spare_seeding, warm_spares
 from tf_ring.run.elastic_plan import (EXIT_HOSTS_UPDATED, BelowMinimum, added_slots,
                                       hosts_argument, plan_world)
@@ -150,21 +151,23 @@ class Driver:
             self.sleep(POLL_S)
 
     def run(self):
-        job = os.urandom(6).hex()
-        base = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
-        path, secret = notices.make_job_dir(base, job)
-        env = dict(self.env, TF_RING_ELASTIC_DIR=path, TF_RING_ELASTIC_SECRET=secret,
-                   TF_RING_ELASTIC_STATE_DIR=path)
+        # The ranks of every host keep the job's state in a directory of this
+        # name in their own /dev/shm, made private there by the job itself.
+        job, secret = os.urandom(6).hex(), secrets.token_hex(16)
+        state_dir = os.path.join("/dev/shm", "tf_ring-elastic-%s" % job)
+        self.control = ControlService(secret, beats.local_addresses())
+        env = dict(self.env, TF_RING_ELASTIC_SECRET=secret, TF_RING_ELASTIC_STATE_DIR=state_dir,
+                   **self.control.environment())
         if getattr(self.args, "warm_spares", False):
-            env[warm_spares.DIR_ENV] = os.path.join(path, "spares")
+            env[warm_spares.DIR_ENV] = os.path.join(state_dir, "spares")
         if in_process(self.args):
             env.update(TF_RING_ULFM="1", TF_RING_ELASTIC_MIN_NP=str(self.args.min_np))
         try:
-            return self._loop(env, path, secret)
+            return self._loop(env)
         finally:
-            shutil.rmtree(path, ignore_errors=True)  # the mirror and notices die with the job
+            self.control.close()
 
-    def _loop(self, env, path, secret):
+    def _loop(self, env):
         survivors = []
         while True:
             try:
@@ -177,15 +180,18 @@ class Driver:
             world.np, world.host_list, world.hosts = np, chosen, hosts_argument(chosen)
             print("tfringrun: elastic world %d: %d ranks on %s"
                   % (self.restarts, np, world.hosts), file=self.out)
-            # A new world's rank 0 reads the notice file from its start: the
-            # notice that ended the last world must not end this one too.
-            notices.clear_notices(path)
+            # A new world's rank 0 hears notices from its start: the notice
+            # that ended the last world must not end this one too.
+            self.control.new_world()
+            world.control = self.control
+            # The new world must find the newest commit the last one mirrored.
+            world_env = dict(env, **{COMMITTED_ENV: str(self.control.committed)})
             stop = threading.Event()
             poller = threading.Thread(target=self._watch_for_gain, daemon=True,
-                                      args=(chosen, path, secret, stop, env))
+                                      args=(chosen, stop, world_env))
             poller.start()
             try:
-                rc, lost = self.launch(world, env)
+                rc, lost = self.launch(world, world_env)
             finally:
                 stop.set()
                 poller.join()
@@ -197,7 +203,7 @@ class Driver:
                       "and finished" % ", ".join(sorted(lost)), file=self.out)
                 return 0
             if rc == EXIT_HOSTS_UPDATED and not lost:
-                reason = self._why_relaunch(path, np)
+                reason = self._why_relaunch(np)
             elif lost:
                 for host in lost:
                     self.blacklist.add(host)
@@ -213,11 +219,11 @@ class Driver:
                   file=self.out)
             survivors = [h for h, _ in chosen if h not in lost]
 
-    def _why_relaunch(self, path, np):
+    def _why_relaunch(self, np):
         """A world whose ranks asked for a relaunch and named no lost host:
         grown, or (in-process) shrunk below --min-np by a loss whose ranks
         could not be told apart (mpirun stopped survivors before they said)."""
-        shrunk = elastic_plan.shrunk_size(path) if in_process(self.args) else None
+        shrunk = self.control.world_size if in_process(self.args) else None
         if shrunk is not None and shrunk < self.args.min_np:
             return ("ranks were lost and the %d left are fewer than --min-np %d"
                     % (shrunk, self.args.min_np))
@@ -225,7 +231,7 @@ class Driver:
             return "hosts were added (after ranks were lost: %d of %d left)" % (shrunk, np)
         return "hosts were added"
 
-    def _watch_for_gain(self, chosen, path, secret, stop, env):
+    def _watch_for_gain(self, chosen, stop, env):
         """Polls discovery while a world runs; one notice per new offer
         (with --warm-spares, once the added hosts' spares are ready)."""
         told = False
@@ -242,5 +248,5 @@ class Driver:
                     spare_seeding.seed_hosts(self.args, env, grown, self.out)
                     if stop.is_set():
                         return  # the world ended meanwhile; the next one sees the hosts
-                notices.write_notice(path, secret, time.time(), HostUpdateResult.added)
+                self.control.add_notice(time.time(), HostUpdateResult.added)
                 told = True

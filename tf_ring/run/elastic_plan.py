@@ -2,7 +2,6 @@
 next world runs on and how many ranks, and what a rank's exit means.
 
 Kept apart from the loop that runs mpirun so each rule is unit-tested."""
-import os
 
 # A rank exits with this after HostsUpdatedInterrupt and saving its commit,
 # asking the driver to relaunch at the new size (not a failure).
@@ -65,15 +64,17 @@ def judge_world(rc, ended, end_order, silent, named_hosts, host_of, mpi_errors=(
     survivors see the loss, and their reports can arrive before the killed
     rank's (seen on the simulated hosts: ranks 0 and 1 "exited with code 14"
     first, Open MPI's message named rank 1 only). Nor is it one after a rank
-    left first with EXIT_HOSTS_UPDATED.
+    left with EXIT_HOSTS_UPDATED, whatever the order of the reports.
     """
     killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
     first = next((ended[r][1] for r in end_order if ended[r][0] == "exit" and ended[r][1] != 0), None)
     consequences = set()
     # A rank that left for a relaunch closes its sockets as it goes; a peer
     # still in an MPI call may abort on that ("Socket closed", seen in CI)
-    # before it reaches its own exit 75.
-    if killed or silent or first == EXIT_HOSTS_UPDATED:
+    # before it reaches its own exit 75, and its report may reach the
+    # launcher first (seen on hosts with their own /dev/shm).
+    asked_anywhere = any(kind == "exit" and code == EXIT_HOSTS_UPDATED for kind, code in ended.values())
+    if killed or silent or asked_anywhere:
         # Open MPI prints its error once per node at most, so a rank that
         # exited with the same code as a named MPI error is one too.
         mpi_codes = {ended[r][1] for r in mpi_errors if r in ended}
@@ -137,18 +138,6 @@ def judge_in_process_world(ended, end_order, silent, named_hosts, host_of, np=No
     if codes and not stopped:
         return 0, lost
     return 1, lost  # lost with nobody finishing: the driver restarts on the rest
-
-
-WORLD_SIZE_FILE = "world_size"  # in TF_RING_ELASTIC_DIR; tf_ring.elastic.in_process writes it
-
-
-def shrunk_size(elastic_dir):
-    """The running world's size after its last in-process shrink, or None."""
-    try:
-        with open(os.path.join(elastic_dir, WORLD_SIZE_FILE)) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def survivors_finished(ended, expected):

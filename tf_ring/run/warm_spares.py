@@ -40,7 +40,11 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
+
+if __package__:
+    from tf_ring.run import private_dirs
+else:  # run by path (a rank's start): the sibling module, no package import
+    import private_dirs
 
 DIR_ENV = "TF_RING_SPARE_DIR"  # the job's spare directory; each host uses <it>/<hostname>
 WARM_ENV = "TF_RING_WARM_SPARE"  # "1" in a rank that began as a spare
@@ -62,7 +66,21 @@ def rank_command(args):
 
 
 def host_directory(base):
-    return os.path.join(base, socket.gethostname())
+    """This host's spare folder under the job's directory `base`/.. (each
+    level made private here, or refused if another user made it first)."""
+    job, spares = os.path.split(base)
+    host = private_dirs.make_private_tree(job, spares, socket.gethostname())
+    private_dirs.make_private_dir(os.path.join(host, "ranks"))
+    return host
+
+
+def _same_user(conn):
+    """Whether the process at the other end of a Unix socket runs as this
+    user (SO_PEERCRED): a spare and a stand-in hand a rank's environment,
+    secrets included, and its command only to one of their own."""
+    pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                        struct.calcsize("3i")))
+    return uid == os.geteuid()
 
 
 def runnable_target(argv, interpreter=sys.executable):
@@ -86,9 +104,8 @@ def runnable_target(argv, interpreter=sys.executable):
 
 def stand_in(command):
     directory = host_directory(os.environ[DIR_ENV])
-    os.makedirs(os.path.join(directory, "ranks"), mode=0o700, exist_ok=True)
     slot = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")
-    open(os.path.join(directory, "ranks", str(os.getpid())), "w").close()  # keeps spares here
+    private_dirs.create_private_file(os.path.join(directory, "ranks", str(os.getpid()))).close()  # keeps spares here
     target = runnable_target(command)
     conn = _claim(directory, slot, target) if target else None
     _ensure_spare(directory, slot)  # for the next world
@@ -107,6 +124,11 @@ def _claim(directory, slot, target):
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
+        if not _same_user(conn):
+            print("tfringrun: refusing the spare socket %s: another user listens there" % path,
+                  file=sys.stderr, flush=True)
+            conn.close()
+            return None
         os.remove(path)  # the slot is free for the next world's spare
         message = {"env": dict(os.environ, **{WARM_ENV: "1"}), "cwd": os.getcwd(),
                    "target": target, "cpus": sorted(os.sched_getaffinity(0)),
@@ -135,15 +157,17 @@ def _ensure_spare(directory, slot):
                 return  # importing, or ready
     except (OSError, ValueError):
         pass
-    with open(os.path.join(directory, slot + ".log"), "ab") as log:
+    log_fd = os.open(os.path.join(directory, slot + ".log"),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(log_fd, "ab") as log:
         spare = subprocess.Popen([sys.executable, SCRIPT, "spare", directory, slot],
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True,
                                  # Its own process group, out of the world's teardown; but
                                  # the ranks' session, where its low priority counts
                                  # (the kernel shares the CPU fairly between sessions).
                                  preexec_fn=os.setpgrp)
-    with open(pid_file, "w") as f:
-        f.write(str(spare.pid))
+    with private_dirs.create_private_file(pid_file) as f:
+        f.write(str(spare.pid).encode())
 
 
 def _alive(pid):
@@ -198,7 +222,6 @@ def seed(base, slots, wait_s):
     it through the remote agent on a host discovery added); 0 once every one
     is ready, 1 if they are not within wait_s seconds."""
     directory = host_directory(base)
-    os.makedirs(os.path.join(directory, "ranks"), mode=0o700, exist_ok=True)
     for slot in range(slots):
         _ensure_spare(directory, str(slot))
     deadline = time.monotonic() + wait_s
@@ -239,13 +262,16 @@ def spare(directory, slot):
     last_rank_seen = time.monotonic()
     while True:
         conn = _accept(server, 0.5)
+        if conn is not None and not _same_user(conn):
+            conn.close()  # another user's process: it gets nothing and runs nothing
+            continue
         if conn is not None:
             break
         if not os.path.exists(path):
             # The job's directory is gone, or a stand-in just took the slot
             # (it removes the path as it connects): one last look.
             conn = _accept(server, 0.2)
-            if conn is None:
+            if conn is None or not _same_user(conn):
                 return 0
             break
         if _ranks_alive(directory):

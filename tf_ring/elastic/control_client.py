@@ -1,0 +1,117 @@
+"""Rank 0's end of the control channel to tfringrun's elastic driver
+(tf_ring.elastic.control_wire; the driver's end is tf_ring.run.control_service).
+
+One connection, opened on first use to the first launcher address that
+answers and proves the job's secret, reopened once if it breaks. The channel
+only informs: when the launcher cannot be reached the rank says so once and
+trains on (no notices; the launcher still judges the job from its ranks'
+exits)."""
+import os
+import socket
+import sys
+import threading
+
+from tf_ring.elastic import control_wire
+from tf_ring.elastic.control_wire import Channel, ChannelError
+
+CONNECT_TIMEOUT_S = 3.0
+_client = None
+_client_checked = False
+
+
+class ControlClient:
+    def __init__(self, targets, secret):
+        """`targets`: [(address, port)] to try in order."""
+        self._targets, self._secret = list(targets), secret
+        self._channel = None
+        self._next_notice = 0
+        self._lock = threading.Lock()  # the mirror thread reports commits beside the main thread
+        self._warned = False
+
+    def notices(self):
+        """The (timestamp, result) notices of this world not returned before."""
+        reply = self._call({"op": "notices", "since": self._next_notice})
+        if reply is None:
+            return []
+        found = []
+        for item in reply.get("notices", []):
+            if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], (int, float))
+                    and isinstance(item[1], int)):
+                found.append((float(item[0]), item[1]))
+        if isinstance(reply.get("next"), int):
+            self._next_notice = reply["next"]
+        return found
+
+    def report_world_size(self, size):
+        self._call({"op": "world_size", "size": int(size)})
+
+    def report_commit(self, number):
+        self._call({"op": "committed", "commit": int(number)})
+
+    def close(self):
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+                self._channel = None
+
+    def _call(self, request):
+        with self._lock:
+            for attempt in range(2):
+                try:
+                    if self._channel is None:
+                        self._channel = self._connect()
+                    self._channel.send(request)
+                    reply = self._channel.receive()
+                    if "error" in reply:
+                        raise ChannelError(str(reply["error"]))
+                    return reply
+                except (OSError, ChannelError) as e:
+                    if self._channel is not None:
+                        self._channel.close()
+                        self._channel = None
+                    problem = e
+            if not self._warned:
+                self._warned = True
+                print("tf_ring: cannot reach tfringrun's control channel (%s): host changes are "
+                      "not seen from here" % problem, file=sys.stderr, flush=True)
+            return None
+
+    def _connect(self):
+        problems = []
+        for address, port in self._targets:
+            try:
+                sock = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S)
+            except OSError as e:
+                problems.append("%s:%d: %s" % (address, port, e))
+                continue
+            channel = Channel(sock)
+            try:
+                sock.settimeout(control_wire.HANDSHAKE_TIMEOUT_S)
+                control_wire.rank_handshake(channel, self._secret)
+                sock.settimeout(None)
+                return channel
+            except (OSError, ChannelError) as e:
+                channel.close()
+                problems.append("%s:%d: %s" % (address, port, e))
+        raise ChannelError("; ".join(problems) or "no launcher address")
+
+
+def parse_targets(value):
+    """[(address, port)] from "addr,addr,...:port"."""
+    addresses, _, port = value.rpartition(":")
+    return [(a, int(port)) for a in addresses.split(",") if a]
+
+
+def from_environment(environ=None):
+    """The process's client when tfringrun's elastic driver started it, else None."""
+    global _client, _client_checked
+    if environ is not None:
+        return _make(environ)
+    if not _client_checked:
+        _client, _client_checked = _make(os.environ), True
+    return _client
+
+
+def _make(env):
+    value, secret = env.get(control_wire.ADDRESS_ENV), env.get(control_wire.SECRET_ENV)
+    return ControlClient(parse_targets(value), secret) if value and secret else None

@@ -1,0 +1,117 @@
+"""The elastic driver's end of the control channel (tf_ring.elastic.control_wire).
+
+It holds what the launcher and the job's rank 0 tell each other, wherever
+rank 0 runs: the host-change notices of the running world (rank 0 asks for
+the new ones at each commit), the world's size after an in-process shrink,
+and the newest commit the ranks have mirrored. A file on the launcher's
+machine cannot carry these: on a cluster rank 0 runs on another host, with
+its own /dev/shm and /tmp.
+
+One listening TCP socket, bound to the addresses the job uses; a thread per
+connection (rank 0 keeps one open); a connection that fails the handshake is
+dropped and counted."""
+import socket
+import threading
+
+from tf_ring.elastic import control_wire
+from tf_ring.elastic.control_wire import Channel, ChannelError, PeerClosed
+
+
+class ControlService:
+    def __init__(self, secret, addresses, bind_address="0.0.0.0"):
+        """`addresses`: where the ranks should try to reach this machine, in order."""
+        self.secret, self.addresses = secret, list(addresses)
+        self.refused = 0  # connections that failed the handshake or broke the protocol
+        self._lock = threading.Lock()
+        self._notices = []  # [(timestamp, result)] of the running world
+        self._world_size = None
+        self._committed = 0
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((bind_address, 0))
+        self._sock.listen(16)
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="tfringrun-control").start()
+
+    # -- the driver's side ---------------------------------------------------
+    def environment(self):
+        """What the ranks need to reach this service (the secret travels apart)."""
+        return {control_wire.ADDRESS_ENV: "%s:%d" % (",".join(self.addresses),
+                                                     self._sock.getsockname()[1])}
+
+    def new_world(self):
+        """A new world starts: its rank 0 has heard nothing yet, and it has not shrunk."""
+        with self._lock:
+            self._notices, self._world_size = [], None
+
+    def add_notice(self, timestamp, result):
+        with self._lock:
+            self._notices.append((float(timestamp), int(result)))
+
+    @property
+    def world_size(self):
+        """The running world's size after its last in-process shrink, or None."""
+        with self._lock:
+            return self._world_size
+
+    @property
+    def committed(self):
+        """The newest commit number rank 0 said is mirrored (0: none yet)."""
+        with self._lock:
+            return self._committed
+
+    def close(self):
+        self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    # -- the ranks' side ------------------------------------------------------
+    def _accept(self):
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        channel = Channel(conn)
+        try:
+            conn.settimeout(control_wire.HANDSHAKE_TIMEOUT_S)
+            control_wire.launcher_handshake(channel, self.secret)
+            conn.settimeout(None)
+            while True:
+                channel.send(self._answer(channel.receive()))
+        except PeerClosed:
+            pass  # rank 0 ended, or reconnects
+        except (ChannelError, OSError, ValueError, TypeError):
+            with self._lock:
+                self.refused += 1
+        finally:
+            channel.close()
+
+    def _answer(self, request):
+        op = request.get("op")
+        with self._lock:
+            if op == "notices":
+                since = request.get("since")
+                if not isinstance(since, int) or since < 0:
+                    raise ChannelError("notices: 'since' must be a count")
+                return {"notices": self._notices[since:], "next": len(self._notices)}
+            if op == "world_size":
+                self._world_size = _count(request, "size")
+                return {}
+            if op == "committed":
+                self._committed = max(self._committed, _count(request, "commit"))
+                return {}
+        raise ChannelError("unknown request %r" % (op,))
+
+
+def _count(request, name):
+    value = request.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ChannelError("%r must be a count" % name)
+    return value
