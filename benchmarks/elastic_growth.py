@@ -49,7 +49,7 @@ def grow_once(recovery, warm=None):
             step = re.match(r"STEP rank=0 size=2 step=(\d+) ", line)
             if appeared or not step or int(step.group(1)) < 5:
                 return
-            if warm and len(ready_spares(["simhost0", "simhost1"], began)) < 2:
+            if warm and len(ready_spares(hosts, ["simhost0", "simhost1"], began)) < 2:
                 return
             with open(listed, "w") as f:
                 f.write("simhost0\nsimhost1\nsimhost2\n")

@@ -40,7 +40,7 @@ def one_run(warm, what):
             step = re.match(r"STEP rank=0 size=3 step=(\d+) ", line)
             if killed or not step or int(step.group(1)) < KILL_FROM_STEP:
                 return
-            if warm and len(ready_spares(hosts.hostnames, began)) < 3:
+            if warm and len(ready_spares(hosts, hosts.hostnames, began)) < 3:
                 return
             killed["at"] = time.time()
             if what == "host":

@@ -84,18 +84,21 @@ def first(lines, prefix, after=0.0):
 
 
 def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB, recovery="restart", min_np=None,
-              extra_args=()):
+              extra_args=(), wrapper_too=False):
     """Kills the last rank (SIGKILL) at step `kill_at` (or at each step of
     "k1,k2": tests/elastic_jobs/kill_plan.py); returns (rc, lines,
     timings): seconds from the kill to the driver's relaunch, to the new
     world's START (processes started, TensorFlow imported, init, state synced
     from the mirror; in-process: the survivors shrunk and synced) and to its
-    first finished step."""
+    first finished step. wrapper_too: the rank's wrapper dies with it
+    (kill_plan.py)."""
     marker = os.path.join(directory, "killed")
     rc, lines = run_counter(hosts, directory,
                             min_np=hosts.n_hosts - 1 if min_np is None else min_np,
                             job_env={"COUNTER_KILL_RANK_AT": str(kill_at),
-                                     "COUNTER_MARKER": marker}, job=job, recovery=recovery,
+                                     "COUNTER_MARKER": marker,
+                                     "COUNTER_KILL_WRAPPER_TOO": "1" if wrapper_too else "0"},
+                            job=job, recovery=recovery,
                             extra_args=extra_args)
     timings = {}
     if os.path.exists(marker):
@@ -111,14 +114,19 @@ def lost_rank(hosts, directory, kill_at=4, job=COUNTER_JOB, recovery="restart", 
     return rc, lines, timings
 
 
-def ready_spares(hostnames, since, slots=1):
+def ready_spares(hosts, hostnames, since, slots=1):
     """{(host, slot): spare pid} of this test's job (its directory made after
-    `since`), ready ones only."""
+    `since`), ready ones only. Each host's /dev/shm is its own: it is read
+    through a live process of that host (hosts.host_path)."""
     found = {}
-    for job in glob.glob("/dev/shm/tf_ring-elastic-*/spares"):
-        if os.stat(job).st_mtime < since:
-            continue
-        for host in hostnames:
+    for host in hostnames:
+        shm = hosts.host_path(host, "/dev/shm")
+        for job in glob.glob(os.path.join(shm, "tf_ring-elastic-*", "spares")) if shm else ():
+            try:
+                if os.stat(job).st_mtime < since:
+                    continue
+            except OSError:
+                continue
             for slot in range(slots):
                 try:
                     if os.path.exists(os.path.join(job, host, "%d.sock" % slot)):

@@ -1,11 +1,20 @@
 """Simulated hosts: several "machines" on this one, for multi-host tests and benchmarks.
 
 Each host is a network namespace plus a persistent UTS namespace with its own
-hostname, joined by a veth pair to a bridge in the root namespace. Open MPI
-then sees separate nodes (local_size and cross_size come out right) and talks
-TCP between them; ranks on one host still share memory. mpirun itself stays
-in the root namespace and reaches the hosts through an rsh agent script that
-enters a host's namespaces instead of logging in over SSH.
+hostname, joined by a veth pair to a bridge in the root namespace, and a
+persistent mount namespace with its own tmpfs on /dev/shm and /tmp, as a real
+host (or a Kubernetes pod) has: state one host writes there is not seen by
+another or by the launcher's machine. Open MPI then sees separate nodes
+(local_size and cross_size come out right) and talks TCP between them; ranks
+on one host still share memory. mpirun itself stays in the root namespace
+(on none of the hosts, as on a login node) and reaches the hosts through an
+rsh agent script that enters a host's namespaces instead of logging in over
+SSH.
+
+What a real cluster shares through its network file system stays visible on
+every host: the Python environment, the repository and any path in
+SHARED_PATHS (the tests add pytest's temporary directory), each bound back
+into the private /tmp where it lives under it.
 
     with SimulatedHosts(2, rate="2gbit") as hosts:
         subprocess.run(["tfringrun"] + hosts.launcher_args(2) + ["python", "train.py"])
@@ -23,6 +32,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 NAME_PREFIX = "tfrs"
@@ -31,6 +41,12 @@ _LOCK_FILE = STATE_ROOT + ".lock"
 # Candidate subnets: 10.213.X.0/24, the first X no route of this machine uses.
 _SUBNET_BASE = "10.213.%d.0/24"
 _instances = itertools.count()
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Paths every host sees as the launcher's machine does (a cluster's shared
+# file system); callers may append. The environment and the repository are
+# always among them.
+SHARED_PATHS = []
+_PRIVATE_MOUNTS = ("/dev/shm", "/tmp")
 
 
 def _run(argv, check=True):
@@ -109,6 +125,11 @@ def _remove_token(token):
         for name in os.listdir(state):
             if name.startswith("uts_"):
                 _run(["umount", os.path.join(state, name)], check=False)
+        mounts = os.path.join(state, "mnt")
+        if os.path.isdir(mounts):
+            for name in os.listdir(mounts):
+                _run(["umount", os.path.join(mounts, name)], check=False)
+            _run(["umount", mounts], check=False)
         shutil.rmtree(state, ignore_errors=True)
     ours = re.compile("^%s%s(b|h\\d+)$" % (NAME_PREFIX, token))
     for link in _links():
@@ -146,6 +167,19 @@ def _free_subnet():
     raise RuntimeError("simulated hosts: no free 10.213.X.0/24 subnet left")
 
 
+def _under_private_mount(path):
+    return any(path == m or path.startswith(m + "/") for m in _PRIVATE_MOUNTS)
+
+
+def shared_paths():
+    """The paths every host must see as the launcher does, outermost only
+    (one under another is visible through it), resolved."""
+    wanted = {os.path.realpath(p) for p in [sys.prefix, _REPO] + list(SHARED_PATHS) if p}
+    wanted = {p for p in wanted if os.path.isdir(p)}
+    return sorted(p for p in wanted
+                  if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in wanted))
+
+
 class SimulatedHosts(object):
     """Context manager making `n_hosts` simulated hosts; see the module docstring.
 
@@ -175,6 +209,10 @@ class SimulatedHosts(object):
 
     def uts_file(self, hostname):
         return os.path.join(self.state_dir, "uts_%s" % hostname)
+
+    def mount_file(self, hostname):
+        """The file holding `hostname`'s mount namespace open."""
+        return os.path.join(self.state_dir, "mnt", hostname)
 
     @property
     def bridge(self):
@@ -214,6 +252,12 @@ class SimulatedHosts(object):
             _run(["ip", "link", "add", self.bridge, "type", "bridge"])
             _run(["ip", "addr", "add", bridge_ip, "dev", self.bridge])
             _run(["ip", "link", "set", self.bridge, "up"])
+        # A mount namespace can be held open only by a file on a private
+        # mount (else it would propagate into the namespace itself).
+        mounts = os.path.join(self.state_dir, "mnt")
+        os.makedirs(mounts)
+        _run(["mount", "--bind", mounts, mounts])
+        _run(["mount", "--make-private", mounts])
         for i, hostname in enumerate(self.hostnames):
             self.addresses[hostname] = str(net[10 + i])
             self._create_host(hostname, "%s/%d" % (net[10 + i], net.prefixlen))
@@ -238,11 +282,30 @@ class SimulatedHosts(object):
         uts = self.uts_file(hostname)
         open(uts, "w").close()
         _run(["unshare", "--uts=" + uts, "hostname", hostname])
+        self._create_private_filesystems(hostname)
+
+    def _create_private_filesystems(self, hostname):
+        """A mount namespace with fresh tmpfs on /dev/shm and /tmp, the
+        shared paths under them bound back in (staged outside /tmp first,
+        since the tmpfs hides them)."""
+        held = self.mount_file(hostname)
+        open(held, "w").close()
+        stage = os.path.join(self.state_dir, "stage_%s" % hostname)
+        steps = ["set -e"]
+        kept = [p for p in shared_paths() if _under_private_mount(p)]
+        for i, path in enumerate(kept):
+            steps.append("mkdir -p %s/%d && mount --bind %s %s/%d" % (stage, i, path, stage, i))
+        for mount_point in _PRIVATE_MOUNTS:
+            steps.append("mount -t tmpfs -o mode=1777 tmpfs %s" % mount_point)
+        for i, path in enumerate(kept):
+            steps.append("mkdir -p %s && mount --move %s/%d %s" % (path, stage, i, path))
+        _run(["unshare", "--mount=" + held, "--propagation", "private",
+              "sh", "-c", " && ".join(steps)])
 
     def _write_agent(self):
         cases = "".join(
-            '  %s) exec nsenter --net=/run/netns/%s --uts=%s /bin/sh -c "$*" ;;\n'
-            % (h, self.netns(h), self.uts_file(h)) for h in self.hostnames)
+            '  %s) exec nsenter --net=/run/netns/%s --uts=%s --mount=%s /bin/sh -c "$*" ;;\n'
+            % (h, self.netns(h), self.uts_file(h), self.mount_file(h)) for h in self.hostnames)
         script = (
             "#!/bin/sh\n"
             "# rsh agent for simulated hosts %s: runs a command inside a host's namespaces.\n"
@@ -273,6 +336,15 @@ class SimulatedHosts(object):
     def pids_on(self, hostname):
         """Every process running on `hostname` (its ranks, Open MPI's daemon, ...)."""
         return _netns_pids(self.netns(hostname))
+
+    def host_path(self, hostname, path):
+        """`path` as `hostname` sees it (its own /dev/shm and /tmp), through
+        the root of one of its live processes; None while none runs there."""
+        for pid in self.pids_on(hostname):
+            root = "/proc/%d/root" % pid
+            if os.path.exists(root + path):
+                return root + path
+        return None
 
     def kill_host(self, hostname, sig=signal.SIGKILL):
         """Sends `sig` to every process on `hostname` at once; returns their pids."""

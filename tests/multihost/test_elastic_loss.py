@@ -65,6 +65,30 @@ def test_a_killed_rank_blacklists_its_host_and_the_job_ends_on_two(tmp_path):
           % (timings["first_step"], timings["relaunch"], timings["synced"]))
 
 
+def test_a_rank_killed_with_its_wrapper_blames_only_its_own_host(tmp_path):
+    """Every process of rank 2 on simhost2 dies at once (the rank and its
+    wrapper, as an OOM kill or `pkill python` does), so no wrapper reports
+    it, and mpirun's teardown silences rank 1 on simhost1 too. mpirun's own
+    'process rank 2 ... on node simhost2 exited on signal 9' is the
+    evidence: only simhost2 is blacklisted, the job resumes at 2 ranks from
+    the last commit (each host's own /dev/shm held it) and ends with the
+    uninterrupted weights."""
+    with SimulatedHosts(3) as hosts:
+        rc, lines, _ = lost_rank(hosts, str(tmp_path), kill_at=13, job=TAPE_JOB, min_np=2,
+                                 wrapper_too=True)
+    out, err = text(lines, "out"), text(lines, "err")
+    assert rc == 0, out[-3000:] + err[-5000:]
+    assert "ranks were lost on simhost2 (blacklisted); restarting (restart 1)" in err, err[-5000:]
+    assert "simhost1" not in "".join(l for l in err.splitlines() if "blacklisted" in l), err[-5000:]
+    resumed = {int(s) for s in re.findall(r"START rank=\d size=2 step=(\d+)", out)}
+    assert len(resumed) == 1 and 12 <= resumed.pop() <= 13, out
+    ends = re.findall(r"END rank=(\d) size=(\d) step=(\d+) w=(.*)", out)
+    assert sorted(e[:3] for e in ends) == [(str(r), "2", str(tape_data.STEPS)) for r in range(2)], out
+    for _, _, _, weights in ends:
+        assert np.allclose(json.loads(weights), tape_data.reference_weights(), rtol=1e-5,
+                           atol=1e-5), weights
+
+
 def test_in_process_recovery_keeps_the_survivors_processes(tmp_path):
     with SimulatedHosts(3) as hosts:
         rc, lines, timings = lost_rank(hosts, str(tmp_path), kill_at=13, job=TAPE_JOB,

@@ -45,7 +45,7 @@ def test_a_host_lost_restarts_the_job_on_the_spares_waiting_on_the_others(tmp_pa
         def kill_once_every_slot_has_a_spare(line):
             if killed or not line.startswith("STEP rank=0 size=%d " % (n_hosts * per_host)):
                 return
-            spares = ready_spares(hosts.hostnames, began, per_host)
+            spares = ready_spares(hosts, hosts.hostnames, began, per_host)
             if len(spares) == n_hosts * per_host:
                 killed.update(spares=spares, at=time.time(), pids=hosts.kill_host(lost))
 
@@ -92,7 +92,7 @@ def test_an_added_host_gets_its_spare_before_the_job_grows_onto_it(tmp_path):
 
         def add_a_host_once_the_two_have_spares(line):
             if not added and line.startswith("STEP rank=0 size=2 ") and \
-                    len(ready_spares(["simhost0", "simhost1"], began)) == 2:
+                    len(ready_spares(hosts, ["simhost0", "simhost1"], began)) == 2:
                 added["at"] = time.time()
                 listed.write_text("simhost0\nsimhost1\nsimhost2\n")
 

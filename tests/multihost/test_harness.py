@@ -91,3 +91,33 @@ def test_a_crashed_runs_hosts_are_removed_by_the_next_run():
         assert stale not in netns()
         assert stale not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert not leftovers()
+
+
+def test_each_host_has_its_own_dev_shm_and_tmp_and_sees_the_shared_paths(tmp_path):
+    """What one host writes to /dev/shm or /tmp, no other host and not the
+    launcher's machine sees (as on real hosts); the environment, the
+    repository and pytest's directory stay visible everywhere."""
+    shared_file = tmp_path / "shared.txt"
+    shared_file.write_text("from the launcher\n")
+    name = "tfrs-harness-%d" % os.getpid()
+    with SimulatedHosts(2) as hosts:
+        host0, host1 = hosts.hostnames
+        for where in ("/dev/shm", "/tmp"):
+            wrote = hosts.run_on(host0, "echo %s > %s/%s" % (host0, where, name))
+            assert wrote.returncode == 0
+            seen = hosts.run_on(host0, "cat %s/%s" % (where, name), capture_output=True, text=True)
+            assert seen.stdout.strip() == host0
+            other = hosts.run_on(host1, "ls %s/%s" % (where, name), capture_output=True, text=True)
+            assert other.returncode != 0, (where, other.stdout)
+            assert not os.path.exists(os.path.join(where, name))
+        for host in (host0, host1):
+            checked = hosts.run_on(host, "cat %s && test -x %s && test -f %s"
+                                   % (shared_file, sys.executable, os.path.join(REPO, "setup.py")),
+                                   capture_output=True, text=True)
+            assert checked.returncode == 0 and checked.stdout.split("\n")[0] == "from the launcher", \
+                checked.stderr
+            # The host's files end up where the launcher can read them only
+            # through a shared path.
+            hosts.run_on(host, "echo %s >> %s" % (host, shared_file))
+    assert shared_file.read_text().split("\n")[1:3] == [host0, host1]
+    assert not leftovers()
