@@ -8,7 +8,7 @@ import itertools
 import os
 import re
 
-from tf_ring.run import layout
+from tf_ring.run import host_names, layout
 
 
 class HostsError(ValueError):
@@ -33,6 +33,10 @@ def read_hostfile(path):
                     raise HostsError("%s line %d: %r: expected 'HOST' or 'HOST slots=N' with N >= 1"
                                      % (path, number, raw.strip()))
                 slots = int(value)
+            try:
+                host_names.check(name, "%s line %d" % (path, number))
+            except ValueError as e:
+                raise HostsError(str(e))
             hosts.append((name, slots))
     if not hosts:
         raise HostsError("host file %r names no hosts" % path)
@@ -84,6 +88,11 @@ def expand_nodelist(nodelist):
         choices = [[p] if i % 2 == 0 else _expand_range_list(p, nodelist)
                    for i, p in enumerate(pieces)]
         hosts += ["".join(combo) for combo in itertools.product(*choices)]
+    for host in hosts:
+        try:
+            host_names.check(host, "SLURM_JOB_NODELIST %r" % nodelist)
+        except ValueError as e:
+            raise HostsError(str(e))
     return hosts
 
 

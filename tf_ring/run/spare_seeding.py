@@ -16,19 +16,24 @@ import sys
 import threading
 import time
 
-from tf_ring.run import warm_spares
+from tf_ring.run import host_names, warm_spares
 
 SEED_WAIT_S = 60.0
-# What a spare's imports may read from the environment. Never a secret:
-# this goes on a command line, which other users of the host can see;
-# the rank's whole environment reaches the spare at the hand-over.
-_SEED_PREFIXES = ("PATH", "PYTHON", "LD_LIBRARY_PATH", "KERAS_", "TF_", "OMP_", "CUDA_")
+# What a spare's imports (Python, TensorFlow, Keras, tf_ring, the spare
+# itself) read from the environment, by exact name. Nothing else: this goes
+# on a command line, which every user of both hosts sees in `ps` (a blanket
+# TF_* once showed Terraform's TF_VAR_db_password there); the rank's whole
+# environment reaches the spare privately at the hand-over.
+SEED_VARIABLES = (
+    "PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE",
+    "PYTHONUSERBASE", "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_USE_LEGACY_KERAS",
+    "TF_ENABLE_ONEDNN_OPTS", "KERAS_BACKEND", "KERAS_HOME", "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES", "TF_RING_LOG_LEVEL", warm_spares.IMPORTS_ENV, warm_spares.IDLE_ENV)
 
 
 def seed_command(env, slots, wait_s=SEED_WAIT_S):
     """The shell command that starts `slots` spares on a host and ends once they are ready."""
-    kept = sorted((k, v) for k, v in env.items()
-                  if k.startswith(_SEED_PREFIXES) and "SECRET" not in k and "TOKEN" not in k)
+    kept = sorted((k, env[k]) for k in SEED_VARIABLES if k in env)
     return "env %s %s %s seed %s %d %g" % (
         " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in kept), shlex.quote(sys.executable),
         shlex.quote(warm_spares.SCRIPT),
@@ -41,9 +46,10 @@ def remote_argv(args, host, command):
     if host in ("localhost", "127.0.0.1", socket.gethostname()):
         return ["sh", "-c", command]
     if getattr(args, "rsh_agent", None):
-        return shlex.split(args.rsh_agent) + [host, command]
+        agent = shlex.split(args.rsh_agent)
+        return agent + host_names.end_of_options(agent) + [host, command]
     port = ["-p", str(args.ssh_port)] if getattr(args, "ssh_port", None) else []
-    return ["ssh", "-o", "BatchMode=yes"] + port + [host, command]
+    return ["ssh", "-o", "BatchMode=yes"] + port + ["--", host, command]
 
 
 def seed_hosts(args, env, hosts, out, wait_s=SEED_WAIT_S):
