@@ -1,4 +1,5 @@
-"""Where a job's hosts come from: -H, a host file, or a Slurm allocation.
+"""Where a job's hosts come from: -H, a host file, a Slurm allocation, or
+the Kubeflow MPI Operator's host file (mpi_operator).
 
 Every source ends as the same list of (host, slots), which the launcher
 validates once and hands to mpirun as one --host list, so the layout table,
@@ -8,7 +9,7 @@ import itertools
 import os
 import re
 
-from tf_ring.run import host_names, layout
+from tf_ring.run import host_names, layout, mpi_operator
 
 
 class HostsError(ValueError):
@@ -122,9 +123,22 @@ def slurm_hosts(environ):
     return list(zip(names, counts))
 
 
+def operator_hosts(environ):
+    """(hosts, source) from the MPI Operator's host file, or (None, None)
+    outside an MPIJob's launcher pod."""
+    path, why = mpi_operator.hostfile(environ)
+    if path is None:
+        return None, None
+    try:
+        return read_hostfile(path), "MPI Operator host file %s (%s)" % (path, why)
+    except HostsError as e:
+        raise HostsError("%s (the MPI Operator's host file, from %s)" % (e, why))
+
+
 def resolve(hosts_flag, hostfile, environ):
-    """(hosts, source) from the flags, or from Slurm when neither flag is given;
-    (None, None) means this machine only."""
+    """(hosts, source) from the flags, or from Slurm, or from the MPI
+    Operator's host file, when neither flag is given; (None, None) means
+    this machine only."""
     if hosts_flag and hostfile:
         raise HostsError("give either -H or --hostfile, not both")
     if hosts_flag:
@@ -137,7 +151,7 @@ def resolve(hosts_flag, hostfile, environ):
     found = slurm_hosts(environ)
     if found:
         return found, "Slurm allocation (SLURM_JOB_NODELIST)"
-    return None, None
+    return operator_hosts(environ)
 
 
 def hosts_string(hosts):
