@@ -18,7 +18,7 @@ import threading
 import time
 
 from tf_ring.run import (beats, check_build, cluster_hosts, elastic_driver, elastic_plan,
-                         engine_flags, job_watch, layout, mpi_operator,
+                         engine_flags, interface_addresses, job_watch, layout, mpi_operator,
                          orphan_daemons, process_tree, session_dirs, start_retry, warm_spares)
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
@@ -267,7 +267,8 @@ def main(argv=None):
         print(args.orte_warning, file=sys.stderr)
     env = child_environment(args)
     token = os.urandom(4).hex()
-    listener = beats.Listener(token) if _beat_interval(args) else None
+    listener = beats.Listener(token, addresses=interface_addresses.for_listeners(
+        args.network_interface)) if _beat_interval(args) else None
     env.update(listener.environment() if listener else {})
     # Built after the engine flags are in `env`, so remote hosts get them too.
     cmd = build_command(args, environ=env, token=token, udp_beats=listener is not None)
