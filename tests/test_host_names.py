@@ -78,5 +78,6 @@ def test_every_ssh_argv_tf_ring_builds_ends_its_options_before_the_host():
     assert stop[0] == "ssh" and stop[-3:] == ["--", "node7", "cmd"]
     # An ssh given as the agent gets it too; another program is called as
     # mpirun calls it (AGENT HOST COMMAND): names never start with '-'.
-    assert orphan_daemons.agent_argv("n", "c", rsh_agent="/usr/bin/ssh -i k")[-3:] == ["--", "n", "c"]
+    ssh_agent = orphan_daemons.agent_argv("n", "c", rsh_agent="/usr/bin/ssh -i k")
+    assert ssh_agent[-3:] == ["--", "n", "c"]
     assert orphan_daemons.agent_argv("n", "c", rsh_agent="/x/agent") == ["/x/agent", "n", "c"]

@@ -17,7 +17,8 @@ FAKE = {"lo": "127.0.0.1", "eth0": "10.1.2.3", "ib0": "10.9.0.7", "docker0": "17
 def test_names_subnets_and_lists_select_addresses():
     assert interface_addresses.addresses_for("ib0", FAKE) == ["10.9.0.7"]
     assert interface_addresses.addresses_for("10.0.0.0/8", FAKE) == ["10.1.2.3", "10.9.0.7"]
-    assert interface_addresses.addresses_for("10.9.0.0/16,eth0,ib0", FAKE) == ["10.9.0.7", "10.1.2.3"]
+    assert interface_addresses.addresses_for("10.9.0.0/16,eth0,ib0", FAKE) == ["10.9.0.7",
+                                                                               "10.1.2.3"]
     assert interface_addresses.addresses_for("eth7,192.168.0.0/16,not-a/cidr", FAKE) == []
 
 
