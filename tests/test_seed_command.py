@@ -12,13 +12,13 @@ def test_only_the_listed_variables_reach_the_seed_command_line():
            "TF_VAR_db_password": "hunter2", "TF_VAR_secret": "s3cret-value",
            "TF_RING_ELASTIC_SECRET": "e1", "TF_RING_BEAT_SECRET": "b1", "TF_RING_BEAT_TOKEN": "t1",
            "AWS_SECRET_ACCESS_KEY": "aws1", "TF_RING_SHM": "0", "PMIX_SERVER_URI41": "uri",
-           "OMP_PROC_BIND": "true"}
+           "TF_XLA_FLAGS": "--x", "OMP_PROC_BIND": "true"}
     command = spare_seeding.seed_command(env, slots=2, wait_s=20)
     for value in ("hunter2", "s3cret-value", "e1", "b1", "t1", "aws1", "uri"):
         assert value not in command
     words = shlex.split(command)
     assigned = {w.split("=", 1)[0] for w in words[1:] if "=" in w and not w.startswith("/")}
-    assert assigned == {"PATH", "TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND"}
+    assert assigned == {"PATH", "TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND", "OMP_PROC_BIND"}
     assert assigned <= set(spare_seeding.SEED_VARIABLES)
     assert words[-3:] == ["/dev/shm/job/spares", "2", "20"]
 

@@ -19,16 +19,23 @@ import time
 from tf_ring.run import host_names, warm_spares
 
 SEED_WAIT_S = 60.0
-# What a spare's imports (Python, TensorFlow, Keras, tf_ring, the spare
-# itself) read from the environment, by exact name. Nothing else: this goes
-# on a command line, which every user of both hosts sees in `ps` (a blanket
-# TF_* once showed Terraform's TF_VAR_db_password there); the rank's whole
-# environment reaches the spare privately at the hand-over.
+# What a spare's interpreter and imports (Python, TensorFlow, Keras, OpenMP,
+# tf_ring, the spare itself) read when they start, by exact name; what is
+# read later comes with the rank's environment at the hand-over. Nothing
+# else: this goes on a command line, which every user of both hosts sees in
+# `ps` (a blanket TF_* once showed Terraform's TF_VAR_db_password there).
 SEED_VARIABLES = (
-    "PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE",
-    "PYTHONUSERBASE", "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_USE_LEGACY_KERAS",
-    "TF_ENABLE_ONEDNN_OPTS", "KERAS_BACKEND", "KERAS_HOME", "OMP_NUM_THREADS",
-    "CUDA_VISIBLE_DEVICES", "TF_RING_LOG_LEVEL", warm_spares.IMPORTS_ENV, warm_spares.IDLE_ENV)
+    "PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV",
+    # read once, at the interpreter's start
+    "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONHASHSEED",
+    "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8",
+    "PYTHONWARNINGS", "PYTHONOPTIMIZE", "PYTHONFAULTHANDLER", "PYTHONSAFEPATH",
+    # read when TensorFlow, Keras and their thread pools load
+    "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE", "TF_USE_LEGACY_KERAS",
+    "TF_ENABLE_ONEDNN_OPTS", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS",
+    "KERAS_BACKEND", "KERAS_HOME", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES",
+    "KMP_AFFINITY", "KMP_BLOCKTIME", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+    "TF_RING_LOG_LEVEL", warm_spares.IMPORTS_ENV, warm_spares.IDLE_ENV)
 
 
 def seed_command(env, slots, wait_s=SEED_WAIT_S):
