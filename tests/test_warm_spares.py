@@ -219,7 +219,7 @@ def test_seeding_reaches_a_host_as_mpirun_would():
     from tf_ring.run import spare_seeding
     ssh = argparse.Namespace(rsh_agent=None, ssh_port=2222)
     assert spare_seeding.remote_argv(ssh, "node7", "cmd") == \
-        ["ssh", "-o", "BatchMode=yes", "-p", "2222", "node7", "cmd"]
+        ["ssh", "-o", "BatchMode=yes", "-p", "2222", "--", "node7", "cmd"]
     agent = argparse.Namespace(rsh_agent="/opt/agent --fast", ssh_port=None)
     assert spare_seeding.remote_argv(agent, "node7", "cmd") == ["/opt/agent", "--fast", "node7", "cmd"]
     assert spare_seeding.remote_argv(ssh, "localhost", "cmd") == ["sh", "-c", "cmd"]

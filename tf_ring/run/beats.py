@@ -14,22 +14,22 @@ signature or job token, or one it has already seen, and counts it.
 
     python -m tf_ring.run.beats RANK WRAPPER_PID   # the sender, run by the rank wrapper
 """
-import fcntl
 import hashlib
 import hmac
 import os
 import secrets
+import select
 import socket
-import struct
 import sys
 import threading
 import time
+
+from tf_ring.run import interface_addresses
 
 TARGETS_ENV = "TF_RING_BEAT_TO"  # "addr,addr,...:port", the launcher's addresses
 SECRET_ENV = "TF_RING_BEAT_SECRET"
 TOKEN_ENV = "TF_RING_BEAT_TOKEN"
 INTERVAL_S = 0.5
-_SIOCGIFADDR = 0x8915
 
 
 def sign(secret, fields):
@@ -49,53 +49,47 @@ def verify(secret, datagram):
 
 def local_addresses():
     """This machine's IPv4 addresses, loopback last (the hosts try each)."""
-    found = []
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _, name in socket.if_nameindex():
-            try:
-                packed = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR,
-                                     struct.pack("256s", name.encode()[:15]))
-            except OSError:
-                continue  # an interface without an IPv4 address
-            address = socket.inet_ntoa(packed[20:24])
-            if address not in found:
-                found.append(address)
+    found = list(dict.fromkeys(interface_addresses.all_addresses().values()))
     return sorted(found, key=lambda a: a.startswith("127."))
 
 
 class Listener(object):
     """The launcher's end: calls `on_beat(rank)` for each valid beat of
-    this job. Bound to every address: the secret, not the address, decides
-    what counts."""
+    this job. The secret, not the address, decides what counts; still,
+    given `addresses` (those of --network-interface) it listens on those
+    alone, one port for all, so other networks cannot reach it. Without
+    them it listens on every address."""
 
-    def __init__(self, token, on_beat=None):
+    def __init__(self, token, on_beat=None, addresses=None):
         self.token, self.on_beat = token, on_beat
         self.secret = secrets.token_hex(16)
         self.refused = 0
         self._last_seq = {}  # (rank, sender) -> highest sequence number seen
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._sock.bind(("0.0.0.0", 0))
+        self.addresses = list(addresses) if addresses else None
+        self._socks = _bind_one_port(self.addresses or ["0.0.0.0"])
         self._closed = False
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     def environment(self):
         """What the rank wrappers need, for mpirun to forward to every host."""
-        port = self._sock.getsockname()[1]
-        return {TARGETS_ENV: "%s:%d" % (",".join(local_addresses()), port),
+        port = self._socks[0].getsockname()[1]
+        return {TARGETS_ENV: "%s:%d" % (",".join(self.addresses or local_addresses()), port),
                 SECRET_ENV: self.secret, TOKEN_ENV: self.token}
 
     def close(self):
         self._closed = True
-        self._sock.close()
+        for sock in self._socks:
+            sock.close()
 
     def _serve(self):
         while not self._closed:
             try:
-                datagram = self._sock.recv(512)
-            except OSError:
+                ready, _, _ = select.select(self._socks, [], [], 0.5)
+                for sock in ready:
+                    self._take(sock.recv(512))
+            except (OSError, ValueError):
                 return  # closed
-            self._take(datagram)
 
     def _take(self, datagram):
         fields = verify(self.secret, datagram)
@@ -110,6 +104,23 @@ class Listener(object):
         self._last_seq[(rank, sender)] = seq
         if self.on_beat is not None:
             self.on_beat(rank)
+
+
+def _bind_one_port(addresses, tries=20):
+    """UDP sockets on each of `addresses`, all on the same free port (the
+    wrappers get one port); another port is tried when one is taken."""
+    for _ in range(tries):
+        socks = []
+        try:
+            for address in addresses:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(sock)
+                sock.bind((address, socks[0].getsockname()[1] if len(socks) > 1 else 0))
+            return socks
+        except OSError:
+            for sock in socks:
+                sock.close()
+    raise OSError("no free UDP port on all of %s for the heartbeat listener" % ", ".join(addresses))
 
 
 def _alive(pid):

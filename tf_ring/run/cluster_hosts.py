@@ -1,4 +1,5 @@
-"""Where a job's hosts come from: -H, a host file, or a Slurm allocation.
+"""Where a job's hosts come from: -H, a host file, a Slurm allocation, or
+the Kubeflow MPI Operator's host file (mpi_operator).
 
 Every source ends as the same list of (host, slots), which the launcher
 validates once and hands to mpirun as one --host list, so the layout table,
@@ -8,7 +9,7 @@ import itertools
 import os
 import re
 
-from tf_ring.run import layout
+from tf_ring.run import host_names, layout, mpi_operator
 
 
 class HostsError(ValueError):
@@ -33,6 +34,10 @@ def read_hostfile(path):
                     raise HostsError("%s line %d: %r: expected 'HOST' or 'HOST slots=N' with N >= 1"
                                      % (path, number, raw.strip()))
                 slots = int(value)
+            try:
+                host_names.check(name, "%s line %d" % (path, number))
+            except ValueError as e:
+                raise HostsError(str(e))
             hosts.append((name, slots))
     if not hosts:
         raise HostsError("host file %r names no hosts" % path)
@@ -84,6 +89,11 @@ def expand_nodelist(nodelist):
         choices = [[p] if i % 2 == 0 else _expand_range_list(p, nodelist)
                    for i, p in enumerate(pieces)]
         hosts += ["".join(combo) for combo in itertools.product(*choices)]
+    for host in hosts:
+        try:
+            host_names.check(host, "SLURM_JOB_NODELIST %r" % nodelist)
+        except ValueError as e:
+            raise HostsError(str(e))
     return hosts
 
 
@@ -113,9 +123,22 @@ def slurm_hosts(environ):
     return list(zip(names, counts))
 
 
+def operator_hosts(environ):
+    """(hosts, source) from the MPI Operator's host file, or (None, None)
+    outside an MPIJob's launcher pod."""
+    path, why = mpi_operator.hostfile(environ)
+    if path is None:
+        return None, None
+    try:
+        return read_hostfile(path), "MPI Operator host file %s (%s)" % (path, why)
+    except HostsError as e:
+        raise HostsError("%s (the MPI Operator's host file, from %s)" % (e, why))
+
+
 def resolve(hosts_flag, hostfile, environ):
-    """(hosts, source) from the flags, or from Slurm when neither flag is given;
-    (None, None) means this machine only."""
+    """(hosts, source) from the flags, or from Slurm, or from the MPI
+    Operator's host file, when neither flag is given; (None, None) means
+    this machine only."""
     if hosts_flag and hostfile:
         raise HostsError("give either -H or --hostfile, not both")
     if hosts_flag:
@@ -128,7 +151,7 @@ def resolve(hosts_flag, hostfile, environ):
     found = slurm_hosts(environ)
     if found:
         return found, "Slurm allocation (SLURM_JOB_NODELIST)"
-    return None, None
+    return operator_hosts(environ)
 
 
 def hosts_string(hosts):

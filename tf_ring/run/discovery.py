@@ -9,6 +9,8 @@ import random
 import subprocess
 import time
 
+from tf_ring.run import host_names
+
 
 class DiscoveryError(RuntimeError):
     """The discovery script failed or printed something unparsable."""
@@ -22,13 +24,17 @@ def parse_hosts(text, default_slots=1, script="the discovery script"):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        name, sep, slots = line.partition(":")
+        name, slots = host_names.split_slots(line)
         name = name.strip()
-        if not name or any(c.isspace() for c in name) or (sep and not slots.strip().isdigit()):
+        if not name or any(c.isspace() for c in name) or (slots and not slots.strip().isdigit()) \
+                or line.endswith(":"):
             raise DiscoveryError(
                 "%s printed %r on line %d; each line must be `host` or `host:slots` "
                 "with a positive whole number of slots" % (script, raw, number))
-        count = int(slots) if sep else default_slots
+        if not host_names.is_valid(name):  # it reaches ssh and mpirun's --host list
+            raise DiscoveryError("%s printed %r on line %d: %r is not a host name: %s"
+                                 % (script, raw, number, name, host_names.RULE))
+        count = int(slots) if slots else default_slots
         if count < 1:
             raise DiscoveryError("%s gave host %s %d slots on line %d; slots must be >= 1"
                                  % (script, name, count, number))

@@ -18,8 +18,8 @@ import threading
 import time
 
 from tf_ring.run import (beats, check_build, cluster_hosts, elastic_driver, elastic_plan,
-                         engine_flags, job_watch, layout, orphan_daemons, process_tree, session_dirs,
-                         start_retry, warm_spares)
+                         engine_flags, interface_addresses, job_watch, layout, mpi_operator,
+                         orphan_daemons, process_tree, session_dirs, start_retry, warm_spares)
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -111,11 +111,13 @@ def parse_args(argv, environ=None):
         return args
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    environ = os.environ if environ is None else environ
     try:
-        args.host_list, args.hosts_source = cluster_hosts.resolve(
-            args.hosts, args.hostfile, os.environ if environ is None else environ)
+        args.host_list, args.hosts_source = cluster_hosts.resolve(args.hosts, args.hostfile, environ)
     except cluster_hosts.HostsError as e:
         parser.error(str(e))
+    args.prrte_settings = mpi_operator.prrte_settings(environ, args.mpi_args)  # an MPIJob's
+    args.orte_warning = mpi_operator.orte_warning(environ, args.hosts_source, args.prrte_settings)
     args.hosts = cluster_hosts.hosts_string(args.host_list) if args.host_list else None
     if args.np is None:
         if not args.host_list:
@@ -150,8 +152,9 @@ def _network_arguments(args):
     if args.network_interface:
         cmd += ["--prtemca", "oob_tcp_if_include", args.network_interface,
                 "--mca", "btl_tcp_if_include", args.network_interface]
-    if args.ssh_port is not None:
-        cmd += ["--prtemca", "plm_ssh_args", "-p %d" % args.ssh_port]
+    settings = mpi_operator.with_ssh_port(getattr(args, "prrte_settings", {}), args.ssh_port)
+    for name in sorted(settings):
+        cmd += ["--prtemca", name, settings[name]]
     if args.rsh_agent:
         cmd += ["--mca", "plm_rsh_agent", args.rsh_agent,
                 "--prtemca", "plm_rsh_agent", args.rsh_agent]
@@ -260,9 +263,12 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.check_build:
         return check_build.check_build()
+    if args.orte_warning:  # once per job, not per elastic world
+        print(args.orte_warning, file=sys.stderr)
     env = child_environment(args)
     token = os.urandom(4).hex()
-    listener = beats.Listener(token) if _beat_interval(args) else None
+    listener = beats.Listener(token, addresses=interface_addresses.for_listeners(
+        args.network_interface)) if _beat_interval(args) else None
     env.update(listener.environment() if listener else {})
     # Built after the engine flags are in `env`, so remote hosts get them too.
     cmd = build_command(args, environ=env, token=token, udp_beats=listener is not None)

@@ -4,15 +4,17 @@ Mirrors mpirun's default by-slot mapping: ranks fill the first host's slots,
 then the next host's; with more ranks than slots (oversubscription) the
 mapping wraps around the hosts again in the same order.
 """
+from tf_ring.run import host_names
 
 
 def parse_hosts(hosts):
-    """"a:2,b" -> [("a", 2), ("b", 1)]."""
+    """"a:2,b" -> [("a", 2), ("b", 1)]; a name that is no host name is a ValueError."""
     parsed = []
     for item in hosts.split(","):
-        name, _, slots = item.strip().partition(":")
+        name, slots = host_names.split_slots(item.strip())
         if not name or (slots and (not slots.isdigit() or int(slots) < 1)):
             raise ValueError("bad host entry %r: expected HOST or HOST:SLOTS with SLOTS >= 1" % item)
+        host_names.check(name, "host entry %r" % item.strip())
         parsed.append((name, int(slots) if slots else 1))
     return parsed
 

@@ -11,6 +11,8 @@ import socket
 import subprocess
 import time
 
+from tf_ring.run import host_names
+
 # Each agent gets this long; a host that cannot be reached at all is left alone.
 AGENT_TIMEOUT_S = 5.0
 
@@ -31,7 +33,7 @@ def agent_argv(host, remote_command, rsh_agent=None, ssh_port=None):
         agent = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % AGENT_TIMEOUT_S]
         if ssh_port is not None:
             agent += ["-p", str(ssh_port)]
-    return agent + [host, remote_command]
+    return agent + host_names.end_of_options(agent) + [host, remote_command]
 
 
 def _is_this_machine(host):

@@ -16,19 +16,31 @@ import sys
 import threading
 import time
 
-from tf_ring.run import warm_spares
+from tf_ring.run import host_names, warm_spares
 
 SEED_WAIT_S = 60.0
-# What a spare's imports may read from the environment. Never a secret:
-# this goes on a command line, which other users of the host can see;
-# the rank's whole environment reaches the spare at the hand-over.
-_SEED_PREFIXES = ("PATH", "PYTHON", "LD_LIBRARY_PATH", "KERAS_", "TF_", "OMP_", "CUDA_")
+# What a spare's interpreter and imports (Python, TensorFlow, Keras, OpenMP,
+# tf_ring, the spare itself) read when they start, by exact name; what is
+# read later comes with the rank's environment at the hand-over. Nothing
+# else: this goes on a command line, which every user of both hosts sees in
+# `ps` (a blanket TF_* once showed Terraform's TF_VAR_db_password there).
+SEED_VARIABLES = (
+    "PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV",
+    # read once, at the interpreter's start
+    "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONHASHSEED",
+    "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8",
+    "PYTHONWARNINGS", "PYTHONOPTIMIZE", "PYTHONFAULTHANDLER", "PYTHONSAFEPATH",
+    # read when TensorFlow, Keras and their thread pools load
+    "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE", "TF_USE_LEGACY_KERAS",
+    "TF_ENABLE_ONEDNN_OPTS", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS",
+    "KERAS_BACKEND", "KERAS_HOME", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES",
+    "KMP_AFFINITY", "KMP_BLOCKTIME", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+    "TF_RING_LOG_LEVEL", warm_spares.IMPORTS_ENV, warm_spares.IDLE_ENV)
 
 
 def seed_command(env, slots, wait_s=SEED_WAIT_S):
     """The shell command that starts `slots` spares on a host and ends once they are ready."""
-    kept = sorted((k, v) for k, v in env.items()
-                  if k.startswith(_SEED_PREFIXES) and "SECRET" not in k and "TOKEN" not in k)
+    kept = sorted((k, env[k]) for k in SEED_VARIABLES if k in env)
     return "env %s %s %s seed %s %d %g" % (
         " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in kept), shlex.quote(sys.executable),
         shlex.quote(warm_spares.SCRIPT),
@@ -41,9 +53,10 @@ def remote_argv(args, host, command):
     if host in ("localhost", "127.0.0.1", socket.gethostname()):
         return ["sh", "-c", command]
     if getattr(args, "rsh_agent", None):
-        return shlex.split(args.rsh_agent) + [host, command]
+        agent = shlex.split(args.rsh_agent)
+        return agent + host_names.end_of_options(agent) + [host, command]
     port = ["-p", str(args.ssh_port)] if getattr(args, "ssh_port", None) else []
-    return ["ssh", "-o", "BatchMode=yes"] + port + [host, command]
+    return ["ssh", "-o", "BatchMode=yes"] + port + ["--", host, command]
 
 
 def seed_hosts(args, env, hosts, out, wait_s=SEED_WAIT_S):
