@@ -19,7 +19,9 @@ from tf_ring.elastic.control_wire import Channel, ChannelError, PeerClosed
 
 class ControlService:
     def __init__(self, secret, addresses, bind_address="0.0.0.0"):
-        """`addresses`: where the ranks should try to reach this machine, in order."""
+        """`addresses`: where the ranks should try to reach this machine, in
+        order; `bind_address`: where to listen (one address of the job's
+        network with --network-interface, else every address)."""
         self.secret, self.addresses = secret, list(addresses)
         self.refused = 0  # connections that failed the handshake or broke the protocol
         self._lock = threading.Lock()

@@ -6,6 +6,7 @@ slots through its control service
 for it (EXIT_HOSTS_UPDATED) or when ranks were lost (their hosts are then
 blacklisted). Non-elastic runs never enter this module."""
 import copy
+import io
 import os
 import secrets
 import sys
@@ -14,7 +15,7 @@ import time
 
 from tf_ring.elastic.errors import HostUpdateResult
 from tf_ring.elastic.restart import COMMITTED_ENV
-from tf_ring.run import beats, discovery
+from tf_ring.run import beats, discovery, interface_addresses
 from tf_ring.run.control_service import ControlService
 from tf_ring.run import spare_seeding, warm_spares
 from tf_ring.run.elastic_plan import (EXIT_HOSTS_UPDATED, BelowMinimum, added_slots,
@@ -155,7 +156,12 @@ class Driver:
         # name in their own /dev/shm, made private there by the job itself.
         job, secret = os.urandom(6).hex(), secrets.token_hex(16)
         state_dir = os.path.join("/dev/shm", "tf_ring-elastic-%s" % job)
-        self.control = ControlService(secret, beats.local_addresses())
+        # With --network-interface only the job's network reaches the port.
+        chosen = interface_addresses.for_listeners(getattr(self.args, "network_interface", None),
+                                                   out=io.StringIO())  # the beats say it once
+        self.control = ControlService(secret, chosen or beats.local_addresses(),
+                                      bind_address=chosen[0] if chosen and len(chosen) == 1
+                                      else "0.0.0.0")
         env = dict(self.env, TF_RING_ELASTIC_SECRET=secret, TF_RING_ELASTIC_STATE_DIR=state_dir,
                    **self.control.environment())
         if getattr(self.args, "warm_spares", False):
