@@ -10,11 +10,15 @@ import os
 import socket
 import sys
 import threading
+import time
 
 from tf_ring.elastic import control_wire
 from tf_ring.elastic.control_wire import Channel, ChannelError
 
 CONNECT_TIMEOUT_S = 3.0
+# After the launcher could not be reached, commits do not wait on it again
+# for this long (a dropped SYN costs CONNECT_TIMEOUT_S per address).
+RETRY_AFTER_S = 30.0
 _client = None
 _client_checked = False
 
@@ -27,6 +31,7 @@ class ControlClient:
         self._next_notice = 0
         self._lock = threading.Lock()  # the mirror thread reports commits beside the main thread
         self._warned = False
+        self._quiet_until = 0.0  # no new connection attempt before this (time.monotonic)
 
     def notices(self):
         """The (timestamp, result) notices of this world not returned before."""
@@ -56,6 +61,8 @@ class ControlClient:
 
     def _call(self, request):
         with self._lock:
+            if self._channel is None and time.monotonic() < self._quiet_until:
+                return None
             for attempt in range(2):
                 try:
                     if self._channel is None:
@@ -70,10 +77,11 @@ class ControlClient:
                         self._channel.close()
                         self._channel = None
                     problem = e
+            self._quiet_until = time.monotonic() + RETRY_AFTER_S
             if not self._warned:
                 self._warned = True
                 print("tf_ring: cannot reach tfringrun's control channel (%s): host changes are "
-                      "not seen from here" % problem, file=sys.stderr, flush=True)
+                      "not seen from here (trying again every %g s)" % (problem, RETRY_AFTER_S), file=sys.stderr, flush=True)
             return None
 
     def _connect(self):

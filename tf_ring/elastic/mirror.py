@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import os
 import pickle
+import sys
 import threading
 
 from tf_ring.run.private_dirs import create_private_file, make_private_dir, open_private_file
@@ -79,16 +80,23 @@ class MirrorWriter:
                 self._pending = None
             try:
                 self._write(snapshot)
-                if self._on_written is not None:
-                    self._on_written(snapshot)
             except Exception as e:  # noqa: BLE001 (a full /dev/shm must not stop training)
                 self.error = e
-                import sys
                 print("tf_ring: could not mirror the commit to %s: %s" % (self._path, e),
                       file=sys.stderr, flush=True)
+            else:
+                self._report(snapshot)
             with self._cond:
                 self._written = max(self._written, number)
                 self._cond.notify_all()
+
+    def _report(self, snapshot):
+        if self._on_written is None:
+            return
+        try:
+            self._on_written(snapshot)
+        except Exception:  # noqa: BLE001 (only informs the launcher; e.g. the engine is resetting)
+            pass
 
     def _write(self, snapshot):
         payload = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
