@@ -307,3 +307,23 @@ def test_a_python_exception_in_a_rank_is_no_host_loss(tmp_path):
     assert "ValueError: counter_job: an ordinary bug at step 3" in err, err[-5000:]
     assert "restarting" not in err and "blacklisted" not in err, err[-5000:]
     assert err.count("elastic world") == 1, err[-5000:]
+
+
+def test_falling_below_min_np_in_process_stops_naming_it_and_keeps_the_commit(tmp_path):
+    """2 hosts, --min-np 2, in-process: rank 1 is killed at step 6. The one
+    survivor shrinks, tells the launcher (over the control channel: rank 0 on
+    simhost0, the launcher on neither host) that 1 rank is left, and leaves
+    for the coordinated restart; with
+    simhost1 blacklisted no world of 2 can start, and the job stops after
+    --elastic-timeout saying why, rather than train on below the minimum."""
+    began = time.time()
+    with SimulatedHosts(2) as hosts:
+        rc, lines, _ = lost_rank(hosts, str(tmp_path), kill_at=6, job=TAPE_JOB,
+                                 recovery="in-process", min_np=2)
+    out, err = text(lines, "out"), text(lines, "err")
+    assert rc == 1, out[-3000:] + err[-5000:]
+    assert "1 rank(s) left after the shrink, fewer than --min-np 2" in err, err[-5000:]
+    assert "ranks were lost and the 1 left are fewer than --min-np 2" in err, err[-5000:]
+    assert "--min-np needs at least 2" in err and "(--elastic-timeout)" in err, err[-5000:]
+    assert time.time() - began < 150
+    assert not re.search(r"STEP rank=0 size=1 ", out), out  # never trained below the minimum
