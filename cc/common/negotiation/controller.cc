@@ -266,7 +266,7 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
     }
   }
   out.responses = coordinator_.TakeReady();
-  // A rank's failure fails what the other ranks wait on, now, on every rank.
+  // What still waits 2 s after a rank reported a failure fails on every rank.
   for (Response& r : coordinator_.TakeFailedByReports(now)) out.responses.push_back(std::move(r));
   for (Response& r : coordinator_.TakeCrossedWaits(kCrossedAfter, now)) out.responses.push_back(std::move(r));
   for (const Response& resp : out.responses) {
