@@ -94,3 +94,14 @@ def test_a_group_that_names_a_tensor_twice_is_refused_whole(engine_lib):
     first, second = result.stdout.splitlines()[:2]
     assert "tensor 'g0': a collective with this name is already in flight" in first, result.stdout
     assert second == "ran after", result.stdout
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_a_pending_dropped_before_the_peers_submit_keeps_its_buffers(engine_lib, np):
+    """Rank 0 drops every collective's Pending before the others submit:
+    nothing is written into freed memory and every result is right."""
+    script = os.path.join(REPO, "tests", "engine_jobs", "dropped_pending.py")
+    result = run_under_launcher(np, [sys.executable, script], timeout=300, env=jobs.job_env("cpu", engine_lib))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-8000:]
+    assert out.count("dropped pendings all right") == np, out[-8000:]

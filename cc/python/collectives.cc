@@ -1,6 +1,9 @@
 // Collectives on NumPy (host) and DLPack CUDA arrays, for the engine-only
 // module (tf_ring_engine: no TensorFlow). Outputs whose shape only the
 // negotiation knows are allocated here and live as long as their Handle.
+// The engine's entry holds its Handle, and the Handle holds the arrays it was
+// given, so nothing the engine reads or writes is freed before it is done,
+// whatever Python drops.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -22,6 +25,32 @@ namespace python {
 
 namespace {
 
+// Python objects released on the engine's thread (which never holds the
+// GIL) wait here until a thread with the GIL lets them go.
+std::mutex g_released_mu;
+std::vector<PyObject*> g_released;
+
+void ReleaseLater(std::vector<PyObject*>* objects) {
+  if (objects->empty()) return;
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    for (PyObject* o : *objects) Py_DECREF(o);
+  } else {
+    std::lock_guard<std::mutex> lock(g_released_mu);
+    g_released.insert(g_released.end(), objects->begin(), objects->end());
+  }
+  objects->clear();
+}
+
+// Called with the GIL held.
+void DrainReleased() {
+  std::vector<PyObject*> objects;
+  {
+    std::lock_guard<std::mutex> lock(g_released_mu);
+    objects.swap(g_released);
+  }
+  for (PyObject* o : objects) Py_DECREF(o);
+}
+
 struct Output {
   void* data = nullptr;
   std::vector<int64_t> shape;
@@ -34,7 +63,9 @@ class Handle {
  public:
   explicit Handle(int device) : device_(device) {}
   ~Handle() {
-    // The engine writes outputs until done: an unfinished handle leaks them.
+    // The last holder may be the engine's entry, destroyed on its thread.
+    ReleaseLater(&kept_);
+    // Only an entry the engine dropped unfinished (it never does) leaks here.
     std::lock_guard<std::mutex> lock(mu_);
     if (!done_) return;
     for (auto& kv : outputs_) {
@@ -58,6 +89,7 @@ class Handle {
       }
       status = status_;
     }
+    DrainReleased();
     RaiseIfError(status, ErrorClass::kRuntime);
     return true;
   }
@@ -90,6 +122,13 @@ class Handle {
     return s;
   }
 
+  // Holds `array` (the caller's input or output, or its DLPack export) until
+  // this handle goes. Called with the GIL held.
+  void Keep(py::handle array) {
+    if (array.is_none()) return;
+    kept_.push_back(array.inc_ref().ptr());
+  }
+
   void Finish(const Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = s;
@@ -104,6 +143,7 @@ class Handle {
   Status status_;
   int device_;
   std::map<int, Output> outputs_;
+  std::vector<PyObject*> kept_;
 };
 
 // Between group_begin and group_end, submissions collect here (per thread)
@@ -136,7 +176,10 @@ std::shared_ptr<Handle> Submit(int op, int reduce_op, int dtype, const std::stri
   // (each costs about 20 us). Host arrays still go through the writable check.
   const bool same_device_array = device >= 0 && output.is(input);
   void* out_data = output.is_none() ? nullptr : same_device_array ? in.data : View(output, device, true).data;
+  DrainReleased();
   auto handle = std::make_shared<Handle>(device);
+  handle->Keep(input);
+  if (!output.is(input)) handle->Keep(output);
 
   Request req;
   req.op = static_cast<OpType>(op);
@@ -164,20 +207,18 @@ std::shared_ptr<Handle> Submit(int op, int reduce_op, int dtype, const std::stri
     RaiseIfError(RecordReadyEvent(device, nullptr, &e.ready_event), ErrorClass::kRuntime);
   }
   const int64_t element = static_cast<int64_t>(DataTypeSize(e.dtype));
-  std::weak_ptr<Handle> weak = handle;
+  // The entry owns the handle (and so the arrays and outputs) until the
+  // engine destroys it: Python may drop its Pending at any time.
   const OpType kind = req.op;
-  e.allocate_output = [weak, element, device, kind](int index, const std::vector<int64_t>& shape, void** data) {
-    auto h = weak.lock();
-    if (!h) return Status::Unknown("the handle was released before its output was allocated");
+  e.allocate_output = [handle, element, device, kind](int index, const std::vector<int64_t>& shape,
+                                                      void** data) {
     int64_t count = 1;
     for (int64_t d : shape) count *= d;
     // Alltoall's received-splits output (index 1) is int32, written by the host.
     const bool splits_out = kind == OpType::kAlltoall && index == 1;
-    return h->Allocate(index, shape, count * (splits_out ? 4 : element), device < 0 || splits_out, data);
+    return handle->Allocate(index, shape, count * (splits_out ? 4 : element), device < 0 || splits_out, data);
   };
-  e.done = [weak](const Status& s) {
-    if (auto h = weak.lock()) h->Finish(s);
-  };
+  e.done = [handle](const Status& s) { handle->Finish(s); };
 
   if (t_grouping) {
     if (process_set != t_group_set) {

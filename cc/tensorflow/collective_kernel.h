@@ -10,6 +10,7 @@
 #include "common/observability/stage_probe.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/eager_completion.h"
+#include "tensorflow/loop_name.h"
 #include "tensorflow/tensor_adapter.h"
 
 namespace tf_ring {
@@ -33,12 +34,12 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
     StageProbe::Stamp(kProbeSubmit);
     const ::tensorflow::Tensor& input = ctx->input(0);
     request.op = op;
-    request.name = tensor_name_;
+    request.name = NameInLoop(tensor_name_, ctx);
     ToEngineDtype(input.dtype(), &request.dtype);
     for (int d = 0; d < input.dims(); ++d) request.shape.push_back(input.dim_size(d));
     std::optional<EagerCompletion> inline_wait;
     DoneCallback engine_done = eager_ ? WaitInlineIfSmall(ctx, input.TotalBytes(), done, &inline_wait) : done;
-    TensorEntry entry = MakeEntry(ctx, tensor_name_, op, output, std::move(engine_done));
+    TensorEntry entry = MakeEntry(ctx, request.name, op, output, std::move(engine_done));
     entry.finish_on = FinishOn(ctx);
     request.device = entry.device;
     Status s = Engine::Get().Enqueue(std::move(entry), std::move(request), process_set_id_);

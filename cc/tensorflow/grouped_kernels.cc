@@ -57,6 +57,7 @@ class GroupedKernel : public CollectiveKernel {
 
     std::vector<TensorEntry> entries;
     std::vector<Request> requests;
+    const std::string group_name = NameInLoop(tensor_name_, ctx);
     for (int i = 0; i < n; ++i) {
       tf::Tensor* output = nullptr;
       if (kOp == OpType::kAllreduce) {
@@ -65,7 +66,7 @@ class GroupedKernel : public CollectiveKernel {
             done);
       }
       // Each member is its own tensor to the engine, named after the group.
-      const std::string name = tensor_name_ + "." + std::to_string(i);
+      const std::string name = group_name + "." + std::to_string(i);
       const tf::Tensor& input = ctx->input(i);
       Request req;
       req.op = kOp;

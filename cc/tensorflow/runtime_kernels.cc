@@ -58,11 +58,11 @@ class BarrierKernel : public tf::AsyncOpKernel {
     // An empty tensor: the barrier negotiates like a collective but moves nothing.
     Request req;
     req.op = OpType::kBarrier;
-    req.name = tensor_name_;
+    req.name = NameInLoop(tensor_name_, ctx);
     req.dtype = DataType::kUint8;
     req.shape = {0};
     TensorEntry entry;
-    entry.name = tensor_name_;
+    entry.name = req.name;
     entry.op = OpType::kBarrier;
     entry.dtype = DataType::kUint8;
     entry.shape = {0};

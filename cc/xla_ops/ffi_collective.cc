@@ -167,6 +167,7 @@ ffi::Error RunCollective(ffi::RemainingArgs args, ffi::RemainingRets rets, std::
     r.postscale = std::strtof(config["postscale"].c_str(), nullptr);
     if (config.count("root")) r.root_rank = std::atoi(config["root"].c_str());
     r.static_shape = static_shape;
+    r.blocks = true;  // this call returns only when the collective is done
     if (op == OpType::kAlltoall) {
       // The kernel compiled only an equal split.
       const int size = static_cast<int>(std::atoi(config["set_size"].c_str()));

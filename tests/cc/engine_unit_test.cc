@@ -57,6 +57,8 @@ static void TestRequestRoundTrip() {
   r.splits = {1, 0, 127};
   r.waited_us = 1234567;
   r.static_shape = true;
+  r.local_error = "refused here";
+  r.blocks = true;
   list.requests.push_back(r);
   list.requests.push_back(MakeRequest(3, "", {}));  // empty name, scalar
 
@@ -71,7 +73,9 @@ static void TestRequestRoundTrip() {
   CHECK(b.dtype == DataType::kBFloat16 && b.root_rank == 2);
   CHECK(b.prescale == 0.25 && b.postscale == 3.5 && b.splits == r.splits);
   CHECK(b.waited_us == 1234567 && b.static_shape);
+  CHECK(b.local_error == "refused here" && b.blocks);
   CHECK(!back.requests[1].static_shape);
+  CHECK(back.requests[1].local_error.empty() && !back.requests[1].blocks);
   CHECK(back.requests[1].name.empty() && back.requests[1].shape.empty());
 
   // Every truncation of a valid message must be rejected, never over-read.
@@ -241,6 +245,58 @@ static void TestCoordinatorDuplicateAndStall() {
   c.Add(late, t0);
   auto from_submission = c.Stalled(std::chrono::seconds(5), t0 + std::chrono::seconds(2));
   CHECK(from_submission.size() == 1 && from_submission[0].waited_seconds >= 5.9);
+}
+
+// A rank's local failure report fails what still waits 2 s after it.
+static void TestCoordinatorFailureReport() {
+  Coordinator c(3);
+  auto t0 = Coordinator::Clock::now();
+  auto ms = [](int n) { return std::chrono::milliseconds(n); };
+  c.Add(MakeRequest(1, "waits", {1}), t0);
+  c.Add(MakeRequest(0, "mine", {1}), t0);
+  Request report = MakeRequest(0, "dup", {1});
+  report.local_error = "already in flight";
+  c.Add(report, t0);
+  c.Add(MakeRequest(2, "in.grace", {1}), t0 + ms(500));
+  CHECK(c.TakeReady().empty());
+  CHECK(c.TakeFailedByReports(t0 + ms(1000)).empty());  // within the grace
+  // Ready within the grace: runs as usual.
+  for (int r : {0, 1, 2}) c.Add(MakeRequest(r, "carried.on", {1}), t0 + ms(1500));
+  CHECK(c.TakeReady().size() == 1);
+  c.Add(MakeRequest(1, "after", {1}), t0 + ms(2500));  // new work after the grace
+  std::vector<Response> failed = c.TakeFailedByReports(t0 + ms(2500));
+  CHECK(failed.size() == 3);
+  for (const auto& r : failed) {
+    CHECK(r.names[0] != "after");
+    CHECK(Contains(r.error, "rank 0 failed allreduce of tensor 'dup' (already in flight)"));
+  }
+  CHECK(c.TakeFailedByReports(t0 + ms(5000)).empty());  // applied once
+  CHECK(!c.empty());  // "after" still waits for its ranks
+}
+
+// Blocking calls (XLA) that cross: rank 0 waits in "a", rank 1 in "b".
+static void TestCoordinatorCrossedWaits() {
+  Coordinator c(2);
+  auto t0 = Coordinator::Clock::now();
+  Request a = MakeRequest(0, "a", {1});
+  Request b = MakeRequest(1, "b", {1});
+  a.blocks = b.blocks = true;
+  c.Add(a, t0);
+  c.Add(b, t0);
+  CHECK(c.TakeCrossedWaits(std::chrono::seconds(1), t0 + std::chrono::milliseconds(500)).empty());
+  std::vector<Response> failed = c.TakeCrossedWaits(std::chrono::seconds(1), t0 + std::chrono::seconds(2));
+  CHECK(failed.size() == 2 && c.empty());
+  for (const auto& r : failed) {
+    CHECK(Contains(r.error, "different orders") && Contains(r.error, "'a'") && Contains(r.error, "'b'"));
+  }
+  // One rank merely late (not crossed): no error.
+  c.Add(a, t0);
+  CHECK(c.TakeCrossedWaits(std::chrono::seconds(1), t0 + std::chrono::seconds(2)).empty());
+  // Not blocking calls (outside XLA): other threads may still submit; no error.
+  Request a1 = MakeRequest(1, "x", {1}), b0 = MakeRequest(0, "y", {1});
+  c.Add(a1, t0);
+  c.Add(b0, t0);
+  CHECK(c.TakeCrossedWaits(std::chrono::seconds(1), t0 + std::chrono::seconds(2)).empty());
 }
 
 static Request JoinRequest(int rank) {
@@ -599,6 +655,8 @@ int main() {
   TestCoordinatorStaticFirstDim();
   TestCoordinatorDuplicateAndStall();
   TestCoordinatorJoin();
+  TestCoordinatorFailureReport();
+  TestCoordinatorCrossedWaits();
   TestHalfConversions();
   TestHierarchicalChoice();
   TestProcessSetChangeAgreement();

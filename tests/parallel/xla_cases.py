@@ -474,3 +474,72 @@ def test_stall_shutdown_inside_a_compiled_step_fails_it_on_every_rank():
         os.environ.pop("TF_RING_STALL_SHUTDOWN_TIME_SECONDS")
         hvd.shutdown()
         hvd.init()
+
+
+def test_cond_branches_in_opposite_orders_fail_together_not_stall():
+    """A tf.cond whose predicate differs by rank, whose branches run the same
+    two allreduces in opposite orders: each compiled call waits for every
+    rank, so rank 0 waits in one while the others wait in the other. The
+    coordinator sees the crossed waits and fails both on every rank, naming
+    them, within seconds (no stall timeout is set here: before, a hang)."""
+    import time
+
+    @tf.function(jit_compile=True)
+    def step(a, b, same_order):
+        def a_first():
+            x = hvd.allreduce(a, op=hvd.Sum, name="xla.cross.a")
+            return x, hvd.allreduce(b, op=hvd.Sum, name="xla.cross.b")
+
+        def b_first():
+            y = hvd.allreduce(b, op=hvd.Sum, name="xla.cross.b")
+            return hvd.allreduce(a, op=hvd.Sum, name="xla.cross.a"), y
+        return tf.cond(same_order, a_first, b_first)
+
+    a, b = rank_input(tf.float32, hvd.rank()), rank_input(tf.float32, hvd.rank(), (5,))
+    want_a = np.stack(all_inputs(tf.float32)).sum(0)
+    want_b = sum(rank_input(tf.float32, q, (5,)).numpy() for q in range(hvd.size()))
+    for pred in (True, False):  # the same branch on every rank: right either way
+        x, y = step(a, b, tf.constant(pred))
+        np.testing.assert_allclose(x.numpy(), want_a)
+        np.testing.assert_allclose(y.numpy(), want_b)
+    start = time.monotonic()
+    with pytest.raises(tf.errors.OpError) as failed:
+        step(a, b, tf.constant(hvd.rank() == 0))
+    message = failed.value.message
+    assert "different orders" in message, message
+    assert "xla.cross.a" in message and "xla.cross.b" in message, message
+    assert time.monotonic() - start < 15, time.monotonic() - start
+    x, y = step(a, b, tf.constant(True))  # in step again afterwards
+    np.testing.assert_allclose(x.numpy(), want_a)
+    np.testing.assert_allclose(y.numpy(), want_b)
+
+
+def test_loops_and_a_cond_inside_jit_compile():
+    """Inside jit_compile: collectives before, inside and after a loop,
+    a tf.cond with the same predicate everywhere inside it, and a nested
+    loop; compared with NumPy."""
+    n, m = 5, 3
+    x = np.random.default_rng(hvd.rank()).normal(size=(n, m, 4)).astype(np.float32)
+    every = [np.random.default_rng(k).normal(size=(n, m, 4)).astype(np.float32) for k in range(hvd.size())]
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        before = hvd.allreduce(x[0, 0], op=hvd.Sum, name="xla.loop.before")
+        acc = tf.zeros(4)
+        for i in tf.range(n):
+            if i % 2 == 0:
+                acc += hvd.allreduce(x[i, 0], op=hvd.Sum, name="xla.loop.even")
+            else:
+                acc += hvd.allreduce(x[i, 0], op=hvd.Max, name="xla.loop.odd")
+            for j in tf.range(1, m):
+                acc += hvd.allreduce(x[i, j], op=hvd.Sum, name="xla.loop.inner")
+        after = hvd.allreduce(acc, op=hvd.Average, name="xla.loop.after")
+        return before, after
+
+    stacked = np.stack(every)  # [rank, i, j, 4]
+    summed, largest = stacked.sum(0), stacked.max(0)
+    acc = sum((summed[i, 0] if i % 2 == 0 else largest[i, 0]) + summed[i, 1:].sum(0) for i in range(n))
+    for _ in range(2):
+        before, after = step(tf.constant(x))
+        np.testing.assert_allclose(before.numpy(), summed[0, 0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(after.numpy(), acc, rtol=1e-5, atol=1e-4)

@@ -6,7 +6,7 @@ namespace tf_ring {
 
 namespace {
 // Bumped whenever a field changes so that mixed builds fail loudly.
-constexpr uint32_t kWireVersion = 7;
+constexpr uint32_t kWireVersion = 8;
 
 void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int32_t>(r.rank);
@@ -22,6 +22,8 @@ void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int64_t>(r.waited_us);
   w->Put<int32_t>(r.device);
   w->Put<uint8_t>(r.static_shape ? 1 : 0);
+  w->PutString(r.local_error);
+  w->Put<uint8_t>(r.blocks ? 1 : 0);
 }
 
 bool ReadRequest(ByteReader* rd, Request* r) {
@@ -38,6 +40,8 @@ bool ReadRequest(ByteReader* rd, Request* r) {
   r->waited_us = rd->Get<int64_t>();
   r->device = rd->Get<int32_t>();
   r->static_shape = rd->Get<uint8_t>() != 0;
+  r->local_error = rd->GetString();
+  r->blocks = rd->Get<uint8_t>() != 0;
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
       reduce_op > static_cast<uint8_t>(ReduceOp::kAdasum) || !IsValidDataType(dtype)) {
     return false;

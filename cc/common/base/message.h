@@ -56,6 +56,15 @@ struct Request {
   // cache hit the other ranks left waiting), so stall times count from the
   // submission, not from when rank 0 first heard of it.
   int64_t waited_us = 0;
+  // Set when this rank failed the collective before it could run (its name
+  // was already in flight here): a report, not a request. The coordinator
+  // fails every rank's collectives in flight with it, so ranks that were
+  // waiting for this one learn of the failure at once, not at a stall.
+  std::string local_error;
+  // Its caller's thread blocks until it is done (an XLA custom call): two
+  // such waits that cross (each rank blocked in a tensor the other has not
+  // reached) can never finish, and the coordinator fails them at once.
+  bool blocks = false;
   // Local only (never sent): when the framework enqueued it, for the timeline.
   std::chrono::steady_clock::time_point enqueued_at;
 

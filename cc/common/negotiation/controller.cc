@@ -15,6 +15,9 @@ namespace {
 constexpr uint64_t kFlagHasUncached = 1;
 constexpr uint64_t kFlagShutdown = 2;
 constexpr std::chrono::milliseconds kStallPoll(500);
+// How long blocked calls must have crossed before they fail: long enough
+// that a slow rank still on its way is not taken for one that went elsewhere.
+constexpr std::chrono::milliseconds kCrossedAfter(1000);
 
 template <typename F>
 void ForEachBit(uint64_t word, size_t word_index, F fn) {
@@ -54,8 +57,13 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     std::vector<ResponseCache::Lookup> lookups(waiting_.size());
     std::vector<uint32_t> bits(waiting_.size(), 0);
     for (size_t i = 0; i < waiting_.size(); ++i) {
-      lookups[i] = cache_.Find(waiting_[i], &bits[i]);
-      if (lookups[i] == ResponseCache::Lookup::kHit && now - waiting_since_[i] > demote_after_) {
+      // A failure report always goes to rank 0.
+      lookups[i] = waiting_[i].local_error.empty() ? cache_.Find(waiting_[i], &bits[i])
+                                                   : ResponseCache::Lookup::kMiss;
+      // A blocked XLA call goes to rank 0 soon, where crossed waits are found.
+      const auto demote = waiting_[i].blocks ? std::min<std::chrono::duration<double>>(demote_after_, kCrossedAfter)
+                                             : demote_after_;
+      if (lookups[i] == ResponseCache::Lookup::kHit && now - waiting_since_[i] > demote) {
         lookups[i] = ResponseCache::Lookup::kInvalid;
       }
       const uint64_t mask = 1ULL << (bits[i] % 64);
@@ -139,7 +147,9 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
 
   RequestList mine;
   mine.shutdown = shutdown;
-  for (const Request& r : to_send) negotiating_[r.name] = r;
+  for (const Request& r : to_send) {
+    if (r.local_error.empty()) negotiating_[r.name] = r;
+  }
   mine.requests = std::move(to_send);
   if (LogEnabled(LogLevel::kDebug)) {
     for (const Request& r : mine.requests) {
@@ -256,6 +266,9 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
     }
   }
   out.responses = coordinator_.TakeReady();
+  // What still waits 2 s after a rank reported a failure fails on every rank.
+  for (Response& r : coordinator_.TakeFailedByReports(now)) out.responses.push_back(std::move(r));
+  for (Response& r : coordinator_.TakeCrossedWaits(kCrossedAfter, now)) out.responses.push_back(std::move(r));
   for (const Response& resp : out.responses) {
     arrivals_[resp.names[0]] = std::make_pair(resp.arrived, resp.waited_for);
     // A stall that ended: a later stall of the same name warns afresh.

@@ -44,6 +44,22 @@ class Coordinator {
   std::vector<Response> FailPending(const std::vector<std::string>& names,
                                     const std::string& reason);
 
+  // A rank that reported a local failure (Request::local_error, recorded
+  // by Add) may have left its step: what the ranks still wait on
+  // kFailureGrace after the report (names pending by then) will likely never
+  // be ready, so each gets an error response naming the failure. Names that
+  // become ready in the grace (the failed rank carried on) run as usual.
+  std::vector<Response> TakeFailedByReports(Clock::time_point now = Clock::now());
+  static constexpr std::chrono::milliseconds kFailureGrace{2000};
+
+  // Blocking calls (Request::blocks, XLA) that can never finish: rank(s) R
+  // wait in A, which S have not reached, while S wait in B, which R have not
+  // reached (a tf.cond whose predicate differs by rank, and whose branches
+  // run collectives in different orders). After `after`, error responses
+  // for both, naming the tensors and the ranks.
+  std::vector<Response> TakeCrossedWaits(std::chrono::duration<double> after,
+                                         Clock::time_point now = Clock::now());
+
   bool empty() const { return table_.empty(); }
   // Some rank has joined and the join has not completed.
   bool joined_mode() const { return joined_count_ > 0; }
@@ -65,7 +81,14 @@ class Coordinator {
   bool IsReady(const Pending& p) const;
   void Join(const Request& request);
 
+  struct Failure {
+    int rank;
+    std::string reason;
+    Clock::time_point at;
+  };
+
   int size_;
+  std::vector<Failure> failures_;
   std::unordered_map<std::string, Pending> table_;
   std::vector<std::string> ready_order_;
   std::vector<bool> joined_;

@@ -11,10 +11,12 @@ Status TensorQueue::Add(TensorEntry entry, Request request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (entries_.count(entry.name)) {
-      return Status::InvalidArgument(
+      Status refused = Status::InvalidArgument(
           std::string(OpTypeName(entry.op)) + " of tensor '" + entry.name +
           "': a collective with this name is already in flight on this rank. "
           "Give concurrent collectives distinct names (the name= argument).");
+      ReportLocked(std::move(request), refused);
+      return refused;
     }
     std::string name = entry.name;
     entries_.emplace(std::move(name), std::move(entry));
@@ -36,10 +38,12 @@ Status TensorQueue::AddGroup(std::vector<TensorEntry> entries, std::vector<Reque
     for (size_t i = 0; i < entries.size(); ++i) {
       const bool repeated = entries_.count(entries[i].name) > 0 || !group_names.insert(entries[i].name).second;
       if (repeated) {
-        return Status::InvalidArgument(
+        Status refused = Status::InvalidArgument(
             std::string(OpTypeName(entries[i].op)) + " of tensor '" + entries[i].name +
             "': a collective with this name is already in flight on this rank. "
             "Give concurrent collectives distinct names (the name= argument).");
+        ReportLocked(std::move(requests[i]), refused);
+        return refused;
       }
     }
     const auto now = std::chrono::steady_clock::now();
@@ -53,6 +57,15 @@ Status TensorQueue::AddGroup(std::vector<TensorEntry> entries, std::vector<Reque
   }
   cv_.notify_one();
   return Status::OK();
+}
+
+void TensorQueue::ReportLocked(Request request, const Status& refused) {
+  // Called with mu_ held; the caller returns `refused` to its framework.
+  request.local_error = refused.message();
+  request.enqueued_at = std::chrono::steady_clock::now();
+  requests_.push_back(std::move(request));
+  ready_.store(true, std::memory_order_release);
+  cv_.notify_one();
 }
 
 void TensorQueue::WaitForWork(std::chrono::microseconds timeout,

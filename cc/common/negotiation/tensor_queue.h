@@ -19,7 +19,9 @@ namespace tf_ring {
 
 class TensorQueue {
  public:
-  // Fails (and keeps nothing) when the name is already in flight on this rank.
+  // Fails (and keeps no entry) when the name is already in flight on this
+  // rank; the refusal is queued as a report (Request::local_error) for the
+  // coordinator, which fails what other ranks wait on.
   Status Add(TensorEntry entry, Request request);
   // Adds all or nothing in one step, so one cycle sees the whole group.
   Status AddGroup(std::vector<TensorEntry> entries, std::vector<Request> requests);
@@ -45,6 +47,8 @@ class TensorQueue {
   bool Describe(const std::string& name, std::vector<int64_t>* shape, DataType* dtype);
 
  private:
+  void ReportLocked(Request request, const Status& refused);
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<std::string, TensorEntry> entries_;
