@@ -1,0 +1,116 @@
+"""Issue 41 on simulated hosts (each its own /dev/shm and /tmp, the launcher
+on none): another user (`nobody`, setpriv inside a host's namespaces)
+attacks an elastic job, and the job either finishes with its own state or
+stops with an error naming the refused path, and nothing of theirs runs.
+Single-machine rows (the spare's SO_PEERCRED, symlinks, the session base):
+tests/test_other_user.py."""
+import base64
+import glob
+import os
+import pickle
+import re
+import shlex
+import stat
+import threading
+import time
+
+import pytest
+
+from multihost.elastic_runs import UNINTERRUPTED_TOTAL, run_counter, text
+from multihost.simulated_hosts import SimulatedHosts, namespaces_available
+
+AVAILABLE, WHY = namespaces_available()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
+
+NOBODY = "setpriv --reuid 65534 --regid 65534 --clear-groups "
+STATE_ENV = b"TF_RING_ELASTIC_STATE_DIR="
+
+
+class Exploit:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, ("touch %s" % self.marker,))
+
+
+def job_directory_name(timeout=60):
+    """The elastic job's directory, as soon as a process of the job carries
+    it (what an attacker learns from `ls /dev/shm` on a host that made it
+    already, or from a spare's command line)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    for item in f.read().split(b"\0"):
+                        if item.startswith(STATE_ENV):
+                            return item[len(STATE_ENV):].decode()
+            except OSError:
+                pass
+        time.sleep(0.05)
+    return None
+
+
+def test_1_a_squatted_job_directory_with_a_planted_mirror_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"  # on the shared file system: any host's touch shows here
+    planted = base64.b64encode(pickle.dumps(Exploit(str(marker)))).decode()
+    with SimulatedHosts(2) as hosts:
+        done = {}
+
+        def squat():
+            name = job_directory_name()
+            if name:  # before simhost1's rank has imported TensorFlow
+                done["dir"] = name
+                done["run"] = hosts.run_on("simhost1", NOBODY + "sh -c %s" % shlex.quote(
+                    "mkdir -m 0777 %s && echo %s | base64 -d > %s/commit.pkl && chmod 0777 %s"
+                    % (name, planted, name, name)), capture_output=True, text=True, timeout=30)
+
+        attacker = threading.Thread(target=squat, daemon=True)
+        attacker.start()
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=1, job_env={}, timeout=90)
+        attacker.join(5)
+    out, err = text(lines, "out"), text(lines, "err")
+    assert done.get("run") is not None and done["run"].returncode == 0, (done, err[-3000:])
+    assert not marker.exists(), "the planted pickle ran as the job's user"
+    if rc == 0:  # went on without the squatted host: from its own state only
+        ends = re.findall(r"END rank=\d size=\d step=30 total=(\d+)", out)
+        assert ends and set(ends) == {str(UNINTERRUPTED_TOTAL)}, out[-3000:]
+    assert done["dir"] in err, err[-5000:]  # the refusal names the directory
+
+
+def test_4_state_on_hosts_is_private_while_the_job_runs_and_gone_after(tmp_path):
+    with SimulatedHosts(2) as hosts:
+        seen = {}
+
+        def look_once_committed(line):
+            if seen or not line.startswith("STEP rank=0 size=2 step=5 "):
+                return
+            for host in hosts.hostnames:
+                shm = hosts.host_path(host, "/dev/shm")
+                for job in glob.glob(os.path.join(shm, "tf_ring-elastic-*")) if shm else ():
+                    mirror = os.path.join(job, "commit.pkl")
+                    seen[host] = (stat.S_IMODE(os.lstat(job).st_mode),
+                                  stat.S_IMODE(os.lstat(mirror).st_mode)
+                                  if os.path.exists(mirror) else None,
+                                  job[len(shm):])
+                    seen[host + " read"] = hosts.run_on(
+                        host, NOBODY + "cat %s/commit.pkl" % job[len(shm):],
+                        capture_output=True, timeout=30)
+
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={"COUNTER_STEP_S": "0.2"},
+                                on_line=look_once_committed, timeout=90)
+        left = {h: hosts.run_on(h, "ls -d /dev/shm/tf_ring-elastic-* 2>/dev/null",
+                                capture_output=True, text=True, timeout=30).stdout
+                for h in hosts.hostnames}
+    out, err = text(lines, "out"), text(lines, "err")
+    assert rc == 0, out[-3000:] + err[-3000:]
+    assert seen, "no job directory was seen on any host: " + err[-3000:]
+    for host in hosts.hostnames:
+        if host in seen:
+            mode, mirror_mode, _ = seen[host]
+            assert mode == 0o700 and mirror_mode in (0o600, None), seen
+            read = seen[host + " read"]
+            assert read.returncode != 0 and not read.stdout, read  # nobody reads nothing
+    assert any(m[1] == 0o600 for h, m in seen.items() if not h.endswith(" read")), seen
+    assert left == {h: "" for h in hosts.hostnames}, left  # restart.finish removed them
