@@ -114,3 +114,50 @@ def test_4_state_on_hosts_is_private_while_the_job_runs_and_gone_after(tmp_path)
             assert read.returncode != 0 and not read.stdout, read  # nobody reads nothing
     assert any(m[1] == 0o600 for h, m in seen.items() if not h.endswith(" read")), seen
     assert left == {h: "" for h in hosts.hostnames}, left  # restart.finish removed them
+
+
+LISTENER = """import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1] + '/0.sock')
+s.listen(1)
+s.settimeout(float(sys.argv[2]))
+try:
+    conn = s.accept()[0]
+    conn.settimeout(5)
+    print('GOT', len(conn.recv(1 << 20)), flush=True)
+    conn.sendall(b'+exit 0\\n')
+except socket.timeout:
+    print('NOTHING', flush=True)
+"""
+
+
+def test_2_another_users_listener_on_a_spare_socket_gets_nothing(tmp_path):
+    """--warm-spares: nobody makes the job's spare folder on simhost1 first
+    and listens on 0.sock there; the stand-in must refuse the folder (naming
+    it), hand the listener nothing, and the job must not report success on
+    the listener's word."""
+    with SimulatedHosts(2) as hosts:
+        done = {}
+
+        def squat_and_listen():
+            name = job_directory_name()
+            if name:
+                folder = "%s/spares/simhost1" % name
+                done["dir"] = name
+                done["run"] = hosts.run_on("simhost1", NOBODY + "sh -c %s" % shlex.quote(
+                    "mkdir -m 0777 -p %s && chmod 0777 %s %s/spares && python3 -c %s %s 20"
+                    % (folder, name, name, shlex.quote(LISTENER), folder)),
+                    capture_output=True, text=True, timeout=60)
+
+        attacker = threading.Thread(target=squat_and_listen, daemon=True)
+        attacker.start()
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=1, job_env={}, timeout=90,
+                                extra_args=["--warm-spares"])
+        attacker.join(30)
+    out, err = text(lines, "out"), text(lines, "err")
+    assert done.get("run") is not None, (done, err[-3000:])
+    assert "NOTHING" in done["run"].stdout, (done["run"], err[-3000:])
+    assert done["dir"] in err, err[-5000:]  # the refusal names the directory
+    if rc == 0:  # went on without the squatted host: from its own state only
+        ends = re.findall(r"END rank=\d size=\d step=30 total=(\d+)", out)
+        assert ends and set(ends) == {str(UNINTERRUPTED_TOTAL)}, out[-3000:]
