@@ -52,31 +52,58 @@ def job_directory_name(timeout=60):
     return None
 
 
+def squat_then_add(hosts, tmp_path, plant, extra_args=(), timeout=90):
+    """Runs a 0.3 s-a-step counter job that discovery first puts on simhost0
+    only. Once the job's directory name is out (as `ls /dev/shm` on simhost0
+    shows it), nobody runs `plant(name)` (a shell command) on simhost1, where
+    no rank has run yet, and then discovery adds simhost1: the job grows onto
+    the squatted host. Returns (rc, lines, name, the attacker's CompletedProcess)."""
+    listed = tmp_path / "hosts"
+    listed.write_text("simhost0\n")
+    discovery = tmp_path / "discover.sh"
+    discovery.write_text("#!/bin/sh\ncat %s\n" % listed)
+    discovery.chmod(0o755)
+    done = {}
+
+    def attack():
+        name = job_directory_name()
+        if name:
+            done["dir"] = name
+            done["run"] = hosts.run_on("simhost1", NOBODY + "sh -c %s" % shlex.quote(plant(name)),
+                                       capture_output=True, text=True, timeout=60)
+            listed.write_text("simhost0\nsimhost1\n")
+
+    attacker = threading.Thread(target=attack, daemon=True)
+    attacker.start()
+    rc, lines = run_counter(hosts, str(tmp_path), min_np=1, job_env={"COUNTER_STEP_S": "0.3"},
+                            timeout=timeout, discovery=str(discovery), extra_args=extra_args)
+    attacker.join(30)
+    assert "run" in done, "the attacker never saw the job: " + text(lines, "err")[-3000:]
+    return rc, lines, done["dir"], done["run"]
+
+
+def assert_refused_or_own_state(rc, lines, name):
+    """The job stopped naming the refused directory, or ended with its own state."""
+    out, err = text(lines, "out"), text(lines, "err")
+    assert name in err or rc == 0, out[-2000:] + err[-5000:]
+    if rc == 0:
+        ends = re.findall(r"END rank=\d size=\d step=30 total=(\d+)", out)
+        assert ends and set(ends) == {str(UNINTERRUPTED_TOTAL)}, out[-3000:]
+    else:
+        assert "refusing the job directory %s" % name in err, err[-5000:]
+
+
 def test_1_a_squatted_job_directory_with_a_planted_mirror_runs_nothing(tmp_path):
     marker = tmp_path / "pwned"  # on the shared file system: any host's touch shows here
     planted = base64.b64encode(pickle.dumps(Exploit(str(marker)))).decode()
     with SimulatedHosts(2) as hosts:
-        done = {}
-
-        def squat():
-            name = job_directory_name()
-            if name:  # before simhost1's rank has imported TensorFlow
-                done["dir"] = name
-                done["run"] = hosts.run_on("simhost1", NOBODY + "sh -c %s" % shlex.quote(
-                    "mkdir -m 0777 %s && echo %s | base64 -d > %s/commit.pkl && chmod 0777 %s"
-                    % (name, planted, name, name)), capture_output=True, text=True, timeout=30)
-
-        attacker = threading.Thread(target=squat, daemon=True)
-        attacker.start()
-        rc, lines = run_counter(hosts, str(tmp_path), min_np=1, job_env={}, timeout=90)
-        attacker.join(5)
-    out, err = text(lines, "out"), text(lines, "err")
-    assert done.get("run") is not None and done["run"].returncode == 0, (done, err[-3000:])
+        rc, lines, name, attacker = squat_then_add(hosts, tmp_path, lambda name: (
+            "mkdir -m 0777 %s && echo %s | base64 -d > %s/commit.pkl && chmod 0777 %s"
+            % (name, planted, name, name)))
+    assert attacker.returncode == 0, attacker
     assert not marker.exists(), "the planted pickle ran as the job's user"
-    if rc == 0:  # went on without the squatted host: from its own state only
-        ends = re.findall(r"END rank=\d size=\d step=30 total=(\d+)", out)
-        assert ends and set(ends) == {str(UNINTERRUPTED_TOTAL)}, out[-3000:]
-    assert done["dir"] in err, err[-5000:]  # the refusal names the directory
+    assert_refused_or_own_state(rc, lines, name)
+    assert name in text(lines, "err")
 
 
 def test_4_state_on_hosts_is_private_while_the_job_runs_and_gone_after(tmp_path):
@@ -134,30 +161,37 @@ except socket.timeout:
 def test_2_another_users_listener_on_a_spare_socket_gets_nothing(tmp_path):
     """--warm-spares: nobody makes the job's spare folder on simhost1 first
     and listens on 0.sock there; the stand-in must refuse the folder (naming
-    it), hand the listener nothing, and the job must not report success on
-    the listener's word."""
+    it) and hand the listener nothing (no environment, no secrets), and the
+    job must not end well on the listener's "exit 0"."""
     with SimulatedHosts(2) as hosts:
-        done = {}
+        rc, lines, name, attacker = squat_then_add(hosts, tmp_path, lambda name: (
+            "mkdir -m 0777 -p {f} && chmod 0777 {n} {n}/spares && "
+            "(python3 -c {l} {f} 20 >/tmp/listener.out 2>&1 &) && sleep 0.5".format(
+                f="%s/spares/simhost1" % name, n=name, l=shlex.quote(LISTENER))),
+            extra_args=["--warm-spares"])
+        deadline, heard = time.time() + 30, ""
+        while not re.search("GOT|NOTHING|Error", heard) and time.time() < deadline:
+            time.sleep(0.5)
+            heard = hosts.run_on("simhost1", "cat /tmp/listener.out", capture_output=True,
+                                 text=True, timeout=30).stdout
+    assert attacker.returncode == 0, attacker
+    assert "NOTHING" in heard, heard
+    assert_refused_or_own_state(rc, lines, name)
+    assert name in text(lines, "err")  # it did grow onto simhost1, and refused the folder
 
-        def squat_and_listen():
-            name = job_directory_name()
-            if name:
-                folder = "%s/spares/simhost1" % name
-                done["dir"] = name
-                done["run"] = hosts.run_on("simhost1", NOBODY + "sh -c %s" % shlex.quote(
-                    "mkdir -m 0777 -p %s && chmod 0777 %s %s/spares && python3 -c %s %s 20"
-                    % (folder, name, name, shlex.quote(LISTENER), folder)),
-                    capture_output=True, text=True, timeout=60)
 
-        attacker = threading.Thread(target=squat_and_listen, daemon=True)
-        attacker.start()
-        rc, lines = run_counter(hosts, str(tmp_path), min_np=1, job_env={}, timeout=90,
-                                extra_args=["--warm-spares"])
-        attacker.join(30)
-    out, err = text(lines, "out"), text(lines, "err")
-    assert done.get("run") is not None, (done, err[-3000:])
-    assert "NOTHING" in done["run"].stdout, (done["run"], err[-3000:])
-    assert done["dir"] in err, err[-5000:]  # the refusal names the directory
-    if rc == 0:  # went on without the squatted host: from its own state only
-        ends = re.findall(r"END rank=\d size=\d step=30 total=(\d+)", out)
-        assert ends and set(ends) == {str(UNINTERRUPTED_TOTAL)}, out[-3000:]
+def test_5_links_in_a_squatted_spare_folder_overwrite_no_file_of_the_users(tmp_path):
+    """--warm-spares: nobody makes simhost1's spare folder first, with 0.pid
+    and 0.log linking to a file of the job's user; the file stays as it was."""
+    precious = tmp_path / "precious"
+    precious.write_text("the user's own\n")
+    with SimulatedHosts(2) as hosts:
+        rc, lines, name, attacker = squat_then_add(hosts, tmp_path, lambda name: (
+            "mkdir -m 0777 -p {f}/ranks && chmod 0777 {n} {n}/spares {f} && "
+            "ln -s {p} {f}/0.pid && ln -s {p} {f}/0.log".format(
+                f="%s/spares/simhost1" % name, n=name, p=precious)),
+            extra_args=["--warm-spares"])
+    assert attacker.returncode == 0, attacker
+    assert precious.read_text() == "the user's own\n"
+    assert_refused_or_own_state(rc, lines, name)
+    assert name in text(lines, "err")
