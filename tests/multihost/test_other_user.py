@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from multihost.elastic_runs import UNINTERRUPTED_TOTAL, run_counter, text
+from multihost.elastic_runs import UNINTERRUPTED_TOTAL, ready_spares, run_counter, text
 from multihost.simulated_hosts import SimulatedHosts, namespaces_available
 
 AVAILABLE, WHY = namespaces_available()
@@ -195,3 +195,55 @@ def test_5_links_in_a_squatted_spare_folder_overwrite_no_file_of_the_users(tmp_p
     assert precious.read_text() == "the user's own\n"
     assert_refused_or_own_state(rc, lines, name)
     assert name in text(lines, "err")
+
+
+INTRUDER = """import json, socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+body = json.dumps({"env": {}, "cwd": "/", "ignored": [], "cpus": [0],
+                   "target": ["script", "/dev/null", []]}).encode()
+try:
+    s.sendall(struct.pack("!Q", len(body)) + body)
+    s.settimeout(5)
+    print("ANSWER", s.recv(1), flush=True)
+except OSError as e:
+    print("ANSWER", e, flush=True)
+"""
+
+
+def test_3_a_spare_reachable_by_another_user_runs_nothing_of_theirs(tmp_path):
+    """--warm-spares: once simhost0's spare is ready, the test opens its folder
+    and socket to everyone (as a relaxed umask or shared group could), so only
+    the spare's SO_PEERCRED check stands in the way; nobody connects and sends
+    a command: the spare answers nothing, and the job ends with its own state."""
+    began = time.time() - 1
+    with SimulatedHosts(2) as hosts:
+        tried = {}
+
+        def intrude_once_a_spare_is_ready(line):
+            if tried or not line.startswith("STEP rank=0 size=2 "):
+                return
+            spares = ready_spares(hosts, ["simhost0"], began)
+            if not spares:
+                return
+            shm = hosts.host_path("simhost0", "/dev/shm")
+            folder = glob.glob(os.path.join(shm, "tf_ring-elastic-*", "spares", "simhost0"))[0]
+            for path in (folder, os.path.dirname(folder), os.path.dirname(os.path.dirname(folder))):
+                os.chmod(path, 0o755)
+            sock = os.path.join(folder, "0.sock")
+            os.chmod(sock, 0o777)
+            tried["run"] = hosts.run_on("simhost0", NOBODY + "python3 -c %s %s" % (
+                shlex.quote(INTRUDER), sock[len(shm) - len("/dev/shm"):]),
+                capture_output=True, text=True, timeout=30)
+            tried["spare alive"] = os.path.exists("/proc/%d" % spares[("simhost0", 0)])
+
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={"COUNTER_STEP_S": "0.5"},
+                                on_line=intrude_once_a_spare_is_ready, extra_args=["--warm-spares"],
+                                timeout=90)
+    out, err = text(lines, "out"), text(lines, "err")
+    assert tried, "no spare was ready before the job ended: " + err[-3000:]
+    assert "ANSWER b''" in tried["run"].stdout or "reset" in tried["run"].stdout, tried["run"]
+    assert tried["spare alive"], "the spare left its slot for another user's connection"
+    assert rc == 0, out[-3000:] + err[-3000:]
+    ends = re.findall(r"END rank=\d size=2 step=30 total=(\d+)", out)
+    assert sorted(ends) == [str(UNINTERRUPTED_TOTAL)] * 2, out[-3000:]
