@@ -184,3 +184,18 @@ def test_9_a_session_base_another_user_made_first_is_refused_and_kept(monkeypatc
     assert os.stat(session_dirs.base_for("0badc0de")).st_mode & 0o777 == 0o700
     session_dirs.remove("0badc0de")
     assert not os.path.exists(session_dirs.base_for("0badc0de"))
+
+
+def test_9_tfringrun_stops_before_mpirun_naming_a_squatted_session_base(monkeypatch, capsys):
+    monkeypatch.setattr(os, "urandom", lambda n: bytes.fromhex("feedbeef")[:n])  # the job token
+    base = session_dirs.base_for("feedbeef")
+    shutil.rmtree(base, ignore_errors=True)
+    made = as_nobody("import os; os.mkdir(%r, 0o777)" % base)
+    assert made.returncode == 0, made.stderr
+    try:
+        from tf_ring.run import launcher
+        assert launcher.main(["-np", "1", "true"]) == 1
+        assert "refusing the job directory %s" % base in capsys.readouterr().err
+        assert os.path.isdir(base)  # the other user's, left alone
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
