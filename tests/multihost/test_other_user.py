@@ -166,7 +166,7 @@ def test_2_another_users_listener_on_a_spare_socket_gets_nothing(tmp_path):
     with SimulatedHosts(2) as hosts:
         rc, lines, name, attacker = squat_then_add(hosts, tmp_path, lambda name: (
             "mkdir -m 0777 -p {f} && chmod 0777 {n} {n}/spares && "
-            "(python3 -c {l} {f} 20 >/tmp/listener.out 2>&1 &) && sleep 0.5".format(
+            "(python3 -c {l} {f} 12 >/tmp/listener.out 2>&1 &) && sleep 0.5".format(
                 f="%s/spares/simhost1" % name, n=name, l=shlex.quote(LISTENER))),
             extra_args=["--warm-spares"])
         deadline, heard = time.time() + 30, ""
