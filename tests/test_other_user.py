@@ -199,3 +199,37 @@ def test_9_tfringrun_stops_before_mpirun_naming_a_squatted_session_base(monkeypa
         assert os.path.isdir(base)  # the other user's, left alone
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_6_another_users_garbage_on_the_control_channel_is_counted_and_harmless():
+    """Row 6's notices now go over the control channel: nobody sends it
+    non-ASCII and broken lines; each is refused and counted, and the job's
+    own client is served as before."""
+    from tf_ring.elastic import control_client, control_wire
+    from tf_ring.elastic.errors import HostUpdateResult
+    from tf_ring.run.control_service import ControlService
+
+    service = ControlService("s3cret", ["127.0.0.1"])
+    port = int(service.environment()[control_wire.ADDRESS_ENV].rsplit(":", 1)[1])
+    try:
+        sent = as_nobody(
+            "import socket\n"
+            "for line in (b'\\xff\\xfe\\n', '{\"nonce\": \"n\", \"proof\": \"\\u00e9\"}\\n'.encode(),"
+            " b'{\"op\": \"notices\", \"since\": 0}\\n'):\n"
+            "    s = socket.create_connection(('127.0.0.1', %d), timeout=5)\n"
+            "    s.makefile('rb').readline(); s.sendall(line)\n"
+            "    print('ANSWER', s.makefile('rb').readline())\n" % port)
+        assert sent.stdout.count("ANSWER b''") == 3, sent.stdout + sent.stderr
+        deadline = time.time() + 5
+        while service.refused < 3 and time.time() < deadline:
+            time.sleep(0.05)
+        assert service.refused == 3
+        service.add_notice(1.0, HostUpdateResult.added)
+        client = control_client.from_environment(
+            dict(service.environment(), TF_RING_ELASTIC_SECRET="s3cret"))
+        try:
+            assert len(client.notices()) == 1
+        finally:
+            client.close()
+    finally:
+        service.close()
