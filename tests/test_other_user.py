@@ -214,7 +214,8 @@ def test_6_another_users_garbage_on_the_control_channel_is_counted_and_harmless(
     try:
         sent = as_nobody(
             "import socket\n"
-            "for line in (b'\\xff\\xfe\\n', '{\"nonce\": \"n\", \"proof\": \"\\u00e9\"}\\n'.encode(),"
+            "for line in (b'\\xff\\xfe\\n',"
+            " '{\"nonce\": \"n\", \"proof\": \"\\u00e9\"}\\n'.encode(),"
             " b'{\"op\": \"notices\", \"since\": 0}\\n'):\n"
             "    s = socket.create_connection(('127.0.0.1', %d), timeout=5)\n"
             "    s.makefile('rb').readline(); s.sendall(line)\n"
