@@ -276,6 +276,8 @@ def main(argv=None):
         _print_plan(args, cmd)
     cleanup = functools.partial(orphan_daemons.stop_orphaned_daemons,
                                 rsh_agent=args.rsh_agent, ssh_port=args.ssh_port)
+    if not session_dirs.make(token, args.mpi_args, os.environ):
+        return 1  # another user's directory has the job's base name (issue 41)
     try:
         if elastic_driver.is_elastic(args):
             return elastic_driver.Driver(args, env, functools.partial(

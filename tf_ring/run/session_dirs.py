@@ -18,10 +18,20 @@ which no other job's leftovers can share. /tmp rather than $TMPDIR: the
 same path must work on every host. tfringrun removes this host's base when
 the job ends; a remote host keeps an empty one (its daemons remove their
 own directories when they exit cleanly).
+
+The base is named on world-readable command lines, so another user could
+make it first and PRRTE would use theirs. tfringrun makes this machine's
+base itself (mode 0700, checked with private_dirs: a squatted one is
+refused, naming it) before mpirun starts. On the other hosts the base is
+made by their prted, which tf_ring runs no code before: there the random
+token is the only protection (docs/security.md).
 """
 import os
 import shlex
 import shutil
+import sys
+
+from tf_ring.run import private_dirs
 
 _PARAM = "prte_tmpdir_base"
 _PREFIX = "/tmp/tfringrun-"
@@ -44,6 +54,24 @@ def mpirun_arguments(token, mpi_args, environ):
     return ["--prtemca", _PARAM, base_for(token)]
 
 
+def make(token, mpi_args, environ):
+    """Makes this machine's base of the job `token` before mpirun uses it;
+    False (having said why, naming it) when another user's is in the way."""
+    if user_chose_one(mpi_args, environ):
+        return True
+    try:
+        private_dirs.make_private_dir(base_for(token))
+    except private_dirs.UnsafeDirectory as e:
+        print(e, file=sys.stderr, flush=True)
+        return False
+    return True
+
+
 def remove(token):
-    """Removes this host's base of the job `token` (its daemons have ended)."""
+    """Removes this host's base of the job `token` (its daemons have ended),
+    only if it is this job's own: never another user's squatted one."""
+    try:
+        private_dirs.check_private(base_for(token))
+    except private_dirs.UnsafeDirectory:
+        return
     shutil.rmtree(base_for(token), ignore_errors=True)

@@ -103,7 +103,11 @@ def runnable_target(argv, interpreter=sys.executable):
 # ---- the stand-in: the process mpirun starts for a rank ----
 
 def stand_in(command):
-    directory = host_directory(os.environ[DIR_ENV])
+    try:
+        directory = host_directory(os.environ[DIR_ENV])
+    except private_dirs.UnsafeDirectory as e:
+        print(e, file=sys.stderr, flush=True)  # names the refused directory; no traceback
+        os._exit(1)
     slot = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")
     private_dirs.create_private_file(os.path.join(directory, "ranks", str(os.getpid()))).close()  # keeps spares here
     target = runnable_target(command)
@@ -221,7 +225,11 @@ def seed(base, slots, wait_s):
     """Starts a spare for each of `slots` slots on this host (tfringrun runs
     it through the remote agent on a host discovery added); 0 once every one
     is ready, 1 if they are not within wait_s seconds."""
-    directory = host_directory(base)
+    try:
+        directory = host_directory(base)
+    except private_dirs.UnsafeDirectory as e:
+        print(e, file=sys.stderr, flush=True)  # names the refused directory; no traceback
+        return 1
     for slot in range(slots):
         _ensure_spare(directory, str(slot))
     deadline = time.monotonic() + wait_s
