@@ -7,7 +7,8 @@ import subprocess
 from conftest import REPO
 
 SOURCES = ["tests/cc/engine_unit_test.cc", "cc/common/base/message.cc", "cc/common/base/counts.cc",
-           "cc/common/negotiation/coordinator.cc", "cc/common/base/dtype.cc",
+           "cc/common/negotiation/coordinator.cc",
+           "cc/common/negotiation/coordinator_failures.cc", "cc/common/base/dtype.cc",
            "cc/common/transport/hierarchical_choice.cc",
            "cc/common/process_sets/process_set_change.cc",
            "cc/common/negotiation/agreed_settings.cc"]

@@ -120,6 +120,13 @@ def detector_arguments(timeout):
             "--mca", "mpi_ft_detector_period", "%.3g" % (timeout / 3.5))
 
 
+def shrunk_size(world):
+    """The world's size after its last in-process shrink, as rank 0 told the
+    driver's control service; None when it never shrank."""
+    control = getattr(world, "control", None)
+    return control.world_size if control is not None else None
+
+
 def in_process(args):
     return getattr(args, "recovery", "restart") == "in-process"
 

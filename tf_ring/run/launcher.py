@@ -316,13 +316,6 @@ def _run_world(world, env, token, cleanup, listener=None):
         daemons_too=True)
 
 
-def _shrunk_size(world):
-    """The world's size after its last in-process shrink, as rank 0 told the
-    driver's control service; None when it never shrank."""
-    control = getattr(world, "control", None)
-    return control.world_size if control is not None else None
-
-
 def _start_world(world, env, token, cleanup, listener, may_retry):
     """Runs one world once: (what _run_world returns, its watch, mpirun's
     code). Not judged when the start failed transiently and may be retried
@@ -336,7 +329,7 @@ def _start_world(world, env, token, cleanup, listener, may_retry):
     finished = None
     if elastic_driver.in_process(world):
         finished = lambda: elastic_plan.survivors_finished(  # noqa: E731
-            dict(watch.ended), _shrunk_size(world) or world.np)
+            dict(watch.ended), elastic_driver.shrunk_size(world) or world.np)
     silence = world.detection_timeout if _beat_interval(world) else None
     rc = _run_job(cmd, env, world.np, watch, world.start_timeout, cleanup, say_failed=False,
                   finished=finished, silence_timeout=silence)
@@ -348,7 +341,7 @@ def _start_world(world, env, token, cleanup, listener, may_retry):
     if finished is not None:
         return elastic_plan.judge_in_process_world(
             dict(watch.ended), list(watch.end_order), watch.lost_ranks(), watch.lost_hosts_named(),
-            watch.host_of, world.np, _shrunk_size(world)), watch, rc
+            watch.host_of, world.np, elastic_driver.shrunk_size(world)), watch, rc
     judged_rc, lost = elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
                                                watch.lost_ranks(), watch.lost_hosts_named(),
                                                watch.host_of, watch.mpi_error_ranks())

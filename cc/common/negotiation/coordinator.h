@@ -12,6 +12,9 @@
 
 namespace tf_ring {
 
+// "rank 3" or "ranks 0, 2", for the coordinator's error messages.
+std::string RankList(const std::vector<int>& ranks);
+
 struct StalledTensor {
   std::string name;
   std::vector<int> ready_ranks;
