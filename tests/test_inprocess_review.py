@@ -51,8 +51,9 @@ def assert_every_check_passed(done, after):
 def test_a_traced_step_divides_by_the_size_after_a_shrink(tmp_path, ranks):
     """Traced before the loss: an embedding's sparse gradient averaged by
     DistributedGradientTape ((size + 1) / 2 from ranks giving 1..size), a
-    local source's gradient divided by the size and a Sum reducescatter's
-    gradient (the size); after the shrink each uses the new size."""
+    local source's gradient divided by the size, a Sum reducescatter's
+    gradient (the size) and a Keras optimizer's step of a local variable
+    (-1/size); after the shrink each uses the new size."""
     done = run_review_job(tmp_path, "traced_size", ranks, min_np=1)
     assert_every_check_passed(done, ranks - 1)
     assert_survivors_went_on(done, ranks, ranks - 1)

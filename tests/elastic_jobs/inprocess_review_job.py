@@ -4,8 +4,9 @@ The last rank SIGKILLs itself at step 4 (kill_plan.py); REVIEW_CASE picks
 what each step checks against values worked out here from the world size:
 
 - traced_size: a tf.function tape step (an embedding's IndexedSlices
-  gradient averaged, a local source's gradient scaled by the size) and the
-  gradient of a Sum reducescatter, all traced once before the loss.
+  gradient averaged, a local source's gradient scaled by the size), the
+  gradient of a Sum reducescatter and a Keras DistributedOptimizer step of
+  a local variable (scale_local_gradients), all traced once before the loss.
 - set_ids: sets [last rank], [all but the last] (Y) and, on 3 ranks, [0];
   the loss empties the first. A function traced on Y's members before the
   loss must still reduce over Y; the emptied set must fail naming it.
@@ -63,6 +64,25 @@ def tape_step():
     return tf.convert_to_tensor(sparse)[0, 0], local_grad
 
 
+keras_local = None
+if CASE == "traced_size":
+    import keras
+    import tf_ring.keras as hvd_keras
+    keras_local = keras.Variable(0.0)
+    keras_opt = hvd_keras.DistributedOptimizer(keras.optimizers.SGD(1.0))
+    keras_opt.register_local_var(keras_local)
+    keras_opt.build([keras_local])
+
+
+@tf.function
+def keras_local_step():
+    """One SGD step (rate 1) from 0 with gradient 1: -1/size when the local
+    gradient is divided by the size."""
+    keras_local.assign(0.0)
+    keras_opt.apply_gradients([(tf.constant(1.0), keras_local)])
+    return keras_local.value
+
+
 @tf.function
 def reducescatter_grad():
     with tf.GradientTape() as tape:
@@ -73,10 +93,12 @@ def reducescatter_grad():
 def check_traced_size(size):
     sparse, local_grad = (float(t) for t in tape_step())
     grad = reducescatter_grad().numpy()
-    # Independently: the mean of 1..size, 1/size, and size everywhere.
+    keras_step = float(keras_local_step())
+    # Independently: the mean of 1..size, 1/size, size everywhere, -1/size.
     ok = (np.isclose(sparse, (size + 1) / 2) and np.isclose(local_grad, 1.0 / size)
-          and np.allclose(grad, size))
-    return ok, "sparse=%g local=%g reducescatter_grad=%g" % (sparse, local_grad, grad[0, 0])
+          and np.allclose(grad, size) and np.isclose(keras_step, -1.0 / size))
+    return ok, "sparse=%g local=%g reducescatter_grad=%g keras_local_step=%g" % (
+        sparse, local_grad, grad[0, 0], keras_step)
 
 
 # set_ids: Y's function, traced by Y's members before any loss.
