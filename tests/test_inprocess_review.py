@@ -15,11 +15,11 @@ STEPS = 8
 TOTAL = sum(range(STEPS))
 
 
-def run_review_job(tmp_path, case, ranks, min_np):
+def run_review_job(tmp_path, case, ranks, min_np, **job_env):
     jobs = os.path.join(REPO, "tests", "elastic_jobs")
     discover = script(tmp_path, "echo $(uname -n):%d\n" % ranks)
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", REVIEW_CASE=case,
-               COUNTER_KILL_RANK_AT="4", COUNTER_MARKER=str(tmp_path / "killed"))
+               COUNTER_KILL_RANK_AT="4", COUNTER_MARKER=str(tmp_path / "killed"), **job_env)
     done = run_job([sys.executable, "-m", "tf_ring.run", "-np", str(ranks), "--min-np",
                     str(min_np), "--host-discovery-script", discover, "--recovery", "in-process",
                     sys.executable, os.path.join(jobs, "inprocess_review_job.py")], env)
@@ -72,10 +72,13 @@ def test_process_set_ids_survive_a_shrink_that_empties_a_set(tmp_path, ranks):
             done.stdout[-3000:]
 
 
-def test_a_second_loss_during_the_recovery_shrinks_again(tmp_path):
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_second_loss_during_the_recovery_shrinks_again(tmp_path, when):
     """3 ranks, --min-np 1: rank 2 dies at step 4, and rank 1 dies as the
-    survivors start their new engine (rank 0's MPI_Comm_dup meets it). Rank
-    0 shrinks again and finishes alone in its own process."""
-    done = run_review_job(tmp_path, "second_loss", 3, min_np=1)
+    survivors start their new engine: before its own starts (rank 0's
+    MPI_Comm_dup meets it) or after (rank 0's engine runs on a communicator
+    with a dead rank). Rank 0 shrinks again and finishes alone in its own
+    process."""
+    done = run_review_job(tmp_path, "second_loss", 3, min_np=1, REVIEW_SECOND_LOSS=when)
     assert "shrinking again" in done.stderr, done.stderr[-5000:]
     assert_survivors_went_on(done, 3, 1)

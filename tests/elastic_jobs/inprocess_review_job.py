@@ -11,7 +11,8 @@ what each step checks against values worked out here from the world size:
   the loss empties the first. A function traced on Y's members before the
   loss must still reduce over Y; the emptied set must fail naming it.
 - second_loss: rank 1 (of the world) SIGKILLs itself when the survivors of
-  the first loss start re-initialising; the one rank left goes on.
+  the first loss start re-initialising, before its new engine starts or
+  (REVIEW_SECOND_LOSS=after) after; the one rank left goes on.
 
 Prints START, CHECK and END lines for tests/test_inprocess_review.py."""
 import os
@@ -40,10 +41,15 @@ if CASE == "second_loss":
     real_init = basics.init
 
     def init_losing_rank_1(*args, **kwargs):
-        # The first loss's survivors start again; world rank 1 dies before it does.
-        if MPI.COMM_WORLD.Get_rank() == 1 and elastic.reset_count() == 1:
+        # The first loss's survivors start again; world rank 1 dies before
+        # its engine starts, or (REVIEW_SECOND_LOSS=after) once it has.
+        dies = MPI.COMM_WORLD.Get_rank() == 1 and elastic.reset_count() == 1
+        if dies and os.environ.get("REVIEW_SECOND_LOSS") != "after":
             os.kill(os.getpid(), 9)
-        return real_init(*args, **kwargs)
+        result = real_init(*args, **kwargs)
+        if dies:
+            os.kill(os.getpid(), 9)
+        return result
 
     basics.init = init_losing_rank_1
 

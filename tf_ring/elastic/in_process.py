@@ -103,7 +103,7 @@ def _start_engine(shrunk, old, registered, dynamic):
     failure = _attempt(lambda: basics.init(comm=shrunk,
                                            process_sets="dynamic" if dynamic else None))
     if not _everyone_started(shrunk, failure is None):
-        return failure or RuntimeError("another survivor's engine did not start")
+        return failure or RuntimeError("a survivor's engine did not start, or a rank was lost")
     return _attempt(lambda: sets._restore(_renumber(registered, old, shrunk), _next_set_id))
 
 
