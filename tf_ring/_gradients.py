@@ -3,7 +3,7 @@ import tensorflow as tf
 
 from tf_ring import ops as _ops
 from tf_ring.basics import rank
-from tf_ring.process_set import process_set_by_id
+from tf_ring.process_set import process_set_by_id, runtime_size
 
 
 def _process_set(op):
@@ -74,16 +74,17 @@ def _reducescatter_grad_factor(op, what, process_set):
                                   % (what, _ops._REDUCE_OP_NAMES[reduce_op]))
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if reduce_op == _ops.Sum:
-        factor *= process_set.size()
+        # The size when the gradient runs, so a traced step stays right after a shrink.
+        factor = factor * runtime_size(process_set, tf.float64)
     return factor
 
 
 def _scaled(tensor, factor):
-    if factor == 1.0:
+    if isinstance(factor, float) and factor == 1.0:
         return tensor
     if tensor.dtype.is_floating:
         return tensor * tf.cast(factor, tensor.dtype)
-    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+    return tf.cast(tf.cast(tensor, tf.float64) * tf.cast(factor, tf.float64), tensor.dtype)
 
 
 def _uneven_rows(x, size):

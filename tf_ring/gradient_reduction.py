@@ -8,7 +8,7 @@ import tensorflow as tf
 from tf_ring.compression import Compression
 from tf_ring.grouped import grouped_allreduce
 from tf_ring.ops import Average
-from tf_ring.process_set import global_process_set
+from tf_ring.process_set import global_process_set, runtime_size
 
 
 def _split_into_groups(items, num_groups):
@@ -131,11 +131,11 @@ def scale_local_gradient(grad, process_set=global_process_set):
     size (of the process set the others are reduced over)."""
     if grad is None:
         return None
-    n = process_set.size()
+    # The size when this runs: a traced step stays right after a shrink.
     if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices,
-                                grad.dense_shape)
-    return grad / tf.cast(n, grad.dtype)
+        return tf.IndexedSlices(grad.values / runtime_size(process_set, grad.values.dtype),
+                                grad.indices, grad.dense_shape)
+    return grad / runtime_size(process_set, grad.dtype)
 
 
 def reduce_except_local(grads, sources, local_keys, scale_local_gradients, **reduce_kwargs):

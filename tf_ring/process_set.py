@@ -133,6 +133,9 @@ def process_set_id_of(process_set, what):
     ps_id = process_set.process_set_id
     if ps_id == 0:
         return 0
+    if ps_id is None and getattr(process_set, "_emptied_by_shrink", False):
+        raise ValueError("tf_ring.%s: %r lost every member when in-process recovery shrank the "
+                         "world; it no longer exists on any rank." % (what, process_set))
     if any(ps is process_set for ps in _registered.get(ps_id, ())):
         return ps_id  # registered through this module, which also forgets removed sets
     registered = None if ps_id is None else _engine_ranks(ps_id)
@@ -203,6 +206,38 @@ def _on_init(process_sets_arg, settings):
     sets = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets_arg]
     sets = [ps for ps in sets if ps is not global_process_set]
     _register(sets)
+
+
+def _restore(kept, next_id):
+    """In-process recovery, after init() on the shrunk world: registers each
+    set in `kept` ({old id: [objects]}, ranks already renumbered) under its
+    old id, so the ids that traced functions hold still name the same sets;
+    no later set gets an id below `next_id`, so a dropped set's id fails
+    wherever it is used (collective)."""
+    ids = sorted(kept)
+    ENGINE.restore_process_sets([kept[i][0].ranks for i in ids], ids, next_id)
+    for ps_id in ids:
+        for ps in kept[ps_id]:
+            ps.process_set_id = ps_id
+        _registered[ps_id] = list(kept[ps_id])
+
+
+def runtime_size(process_set, dtype):
+    """The set's size as a `dtype` scalar tensor, read when the graph runs,
+    not when it is traced: a function traced before an in-process shrink
+    divides by the size after it. Eagerly, the size now. Under XLA (which
+    cannot compile the topology op) the traced size; a compiled collective
+    whose size changed fails with a clear error anyway."""
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+    process_set = process_set or global_process_set
+    if tf.executing_eagerly() or control_flow_util.GraphOrParentsInXlaContext(
+            tf.compat.v1.get_default_graph()):
+        return tf.cast(process_set.size(), dtype)
+    from tf_ring._library import OPS
+    size = OPS.tf_ring_topology(which="size",
+                                process_set_id=process_set_id_of(process_set, "size"))
+    return tf.cast(size, dtype)
 
 
 def _require_dynamic(what):

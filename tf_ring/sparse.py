@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from tf_ring._allgather_op import allgather
 from tf_ring._op_common import _REDUCE_OP_NAMES, Average, Sum
-from tf_ring.process_set import global_process_set
+from tf_ring.process_set import runtime_size
 
 
 def allreduce_indexed_slices(slices, op=Average, name=None, prescale_factor=1.0,
@@ -33,5 +33,6 @@ def allreduce_indexed_slices(slices, op=Average, name=None, prescale_factor=1.0,
     if compression is not None:
         values = compression.decompress(values, ctx)
     if op == Average:
-        values = values / tf.cast((process_set or global_process_set).size(), values.dtype)
+        # The size when this runs: a traced step stays right after a shrink.
+        values = values / runtime_size(process_set, values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)

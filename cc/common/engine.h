@@ -54,6 +54,10 @@ class Engine {
   // collective: every rank calls with the same change and blocks until the
   // background thread applied it; `ids` gets the new sets' ids.
   Status AddProcessSets(const std::vector<std::vector<int>>& sets, std::vector<int32_t>* ids);
+  // Adds sets under the given ids (in-process recovery); later sets get
+  // `next_id` or more.
+  Status RestoreProcessSets(const std::vector<std::vector<int>>& sets,
+                            const std::vector<int32_t>& at_ids, int32_t next_id);
   Status RemoveProcessSet(int32_t id);
   // Ranks of set `id` (0: all); false when there is no such set.
   bool ProcessSetRanks(int32_t id, std::vector<int>* ranks);

@@ -24,6 +24,20 @@ Status Engine::AddProcessSets(const std::vector<std::vector<int>>& sets, std::ve
   return ChangeProcessSets(EncodeProcessSetChange(change), ids);
 }
 
+Status Engine::RestoreProcessSets(const std::vector<std::vector<int>>& sets,
+                                  const std::vector<int32_t>& at_ids, int32_t next_id) {
+  if (at_ids.size() != sets.size()) {
+    return Status::InvalidArgument("restoring process sets needs one id per set");
+  }
+  ProcessSetChange change;
+  change.kind = ProcessSetChange::kAddAt;
+  change.sets = sets;
+  change.ids = at_ids;
+  change.next_id = next_id;
+  std::vector<int32_t> ids;
+  return ChangeProcessSets(EncodeProcessSetChange(change), &ids);
+}
+
 Status Engine::RemoveProcessSet(int32_t id) {
   ProcessSetChange change;
   change.kind = ProcessSetChange::kRemove;
@@ -64,10 +78,11 @@ Status Engine::ChangeProcessSets(const std::vector<int64_t>& ask, std::vector<in
     std::vector<int32_t> new_ids;
     ProcessSetChange change;
     if (result.ok()) result = AgreedProcessSetChange(outcome->gathered, world_size, &change);
-    if (result.ok() && change.kind == ProcessSetChange::kAdd) {
+    if (result.ok() && change.kind != ProcessSetChange::kRemove) {
       ProcessSetOptions options = impl_->set_options;
       options.timeline = &timeline_;
-      result = impl_->sets.Add(change.sets, my_rank, impl_->mpi.comm(), options, &new_ids);
+      result = impl_->sets.Add(change.sets, change.ids, change.next_id, my_rank,
+                               impl_->mpi.comm(), options, &new_ids);
     } else if (result.ok()) {
       result = impl_->sets.Remove(change.remove_id);
     }

@@ -474,6 +474,21 @@ static void TestProcessSetChangeAgreement() {
   std::vector<int64_t> cut = Gathered({add, add});
   cut.resize(cut.size() - 3);
   CHECK(!AgreedProcessSetChange(cut, 2, &out).ok());
+
+  // In-process recovery restores sets under their ids (equal ranks allowed
+  // by the table, not here) and says which id later sets start from.
+  ProcessSetChange restore = AddSets({{0, 1}, {0, 1}});
+  restore.kind = ProcessSetChange::kAddAt;
+  restore.ids = {2, 5};
+  restore.next_id = 7;
+  CHECK(AgreedProcessSetChange(Gathered({restore, restore}), 2, &out).ok());
+  CHECK(out.kind == ProcessSetChange::kAddAt && out.ids == std::vector<int32_t>({2, 5}) &&
+        out.next_id == 7 && out.sets.size() == 2 && out.sets[1] == std::vector<int>({0, 1}));
+  ProcessSetChange other = restore;
+  other.ids = {2, 4};
+  s = AgreedProcessSetChange(Gathered({restore, other}), 2, &out);
+  CHECK(!s.ok() && Contains(s.message(), "rank 0: add [2: [0, 1], 5: [0, 1]]") &&
+        Contains(s.message(), "rank 1: add [2: [0, 1], 4: [0, 1]]"));
 }
 
 static SettingTexts Texts(const std::map<std::string, std::string>& env) {

@@ -207,6 +207,44 @@ def test_reset_limit(counted_resets, monkeypatch):
         always_fails(state)
 
 
+@pytest.mark.parametrize("where", ["hook", "callback"])
+def test_a_rank_lost_during_the_reset_resets_again(where):
+    """A lost-rank error from the reset hook or a reset callback (their
+    collectives met a rank lost meanwhile) makes run() reset again, counted,
+    instead of ending the job."""
+    lost = tf.errors.UnavailableError(None, None, "tf_ring lost a rank (rank 9 of the old world)")
+    resets, callbacks, calls = [], [], []
+
+    def hook():
+        resets.append(1)
+        if where == "hook" and len(resets) == 1:
+            raise lost
+
+    def callback():
+        callbacks.append(1)
+        if where == "callback" and len(callbacks) == 1:
+            raise lost
+
+    state = elastic.ObjectState(value=0)
+    state.register_reset_callbacks([callback])
+    before = elastic.reset_count()
+
+    @elastic.run
+    def train(state):
+        calls.append(1)
+        if len(calls) == 1:
+            raise hvd.HorovodInternalError("injected on every rank")
+        return len(calls)
+
+    elastic.set_reset_hook(hook)
+    try:
+        assert train(state) == 2
+    finally:
+        elastic.set_reset_hook(None)
+    assert resets == [1, 1] and elastic.reset_count() == before + 2
+    assert callbacks == ([1] if where == "hook" else [1, 1])
+
+
 # --- host-change notices: rank 0 decides, every rank raises -------------------------------
 
 @pytest.fixture

@@ -40,50 +40,134 @@ def is_lost_rank_error(error):
 
 def shrink_and_restart():
     """Every survivor calls this together: stops the engine, shrinks its
-    communicator to the ranks still alive and starts a new engine on it."""
+    communicator to the ranks still alive and starts a new engine on it.
+    A rank lost while the survivors re-initialise makes them shrink again;
+    what cannot be recovered in-process leaves for tfringrun's restart."""
     from mpi4py import MPI
     from tf_ring import process_set as sets
+    from tf_ring.elastic import restart
+    global _next_set_id
     old = basics._engine_comm if basics._engine_comm is not None else MPI.COMM_WORLD
-    # The engine has stopped, so it lists no sets: take the Python registry.
-    registered = [objects[0] for _, objects in sorted(sets._registered.items())]
+    # The engine has stopped, so it lists no sets: take the Python registry,
+    # with each set's ranks in `old`'s numbering (every attempt starts there).
+    registered = {ps_id: (list(objects), list(objects[0].ranks))
+                  for ps_id, objects in sets._registered.items()}
+    _next_set_id = max([_next_set_id] + [ps_id + 1 for ps_id in registered])
     dynamic = sets._dynamic
     basics.shutdown()
-    shrunk = old.Shrink()  # fault-tolerant collective over the survivors
-    kept = _renumber(registered, old, shrunk)
-    basics.init(comm=shrunk, process_sets="dynamic" if dynamic else kept)
-    for ps in kept if dynamic else ():
-        sets.add_process_set(ps)
-    if old is not MPI.COMM_WORLD:
+    comm, attempt, failure = old, 0, None
+    while True:
         try:
-            old.Free()
-        except MPI.Exception:
-            pass  # a revoked communicator may refuse; it is unused from here on
+            shrunk = comm.Shrink()  # fault-tolerant collective over the survivors
+        except MPI.Exception as error:
+            _leave_for_restart("shrinking the communicator failed (%s)" % error)
+        if attempt and shrunk.Get_size() == comm.Get_size():
+            # The last start failed, yet no rank was lost since: not a loss to recover from.
+            _leave_for_restart("restarting the engine failed with no rank lost (%s)"
+                               % (failure or "on another rank"))
+        failure = _start_engine(shrunk, old, registered, dynamic)
+        if _everyone_started(shrunk, failure is None):
+            break
+        print("tf_ring: a rank was lost while the %d survivors re-initialised (%s): shrinking "
+              "again" % (shrunk.Get_size(), failure or "seen on another survivor"),
+              file=sys.stderr, flush=True)
+        basics.shutdown()
+        _revoke(shrunk)  # frees survivors still waiting in it
+        if comm is not old:
+            _free(comm)
+        comm, attempt = shrunk, attempt + 1
+    if comm is not old:
+        _free(comm)
+    _free(old)
     _tell_driver(basics.size())
     minimum = int(os.environ.get(MIN_NP_ENV, "0") or 0)
     if basics.size() < minimum:
         # Too few ranks to go on: the driver's coordinated restart waits for
         # hosts (--elastic-timeout) from the mirrored commit, or fails.
-        from tf_ring.elastic import restart
         print("tf_ring: %d rank(s) left after the shrink, fewer than --min-np %d: leaving for "
               "tfringrun's restart from the last commit" % (basics.size(), minimum),
               file=sys.stderr, flush=True)
         restart.exit_for_relaunch()
 
 
+_next_set_id = 1  # no set restored after a shrink gets an id below this
+
+
+def _start_engine(shrunk, old, registered, dynamic):
+    """Starts the engine on `shrunk`, then registers the sets renumbered to
+    it under their old ids (traced functions hold those); returns the error
+    that stopped this rank, or None. The survivors agree after each half:
+    the sets' registration is a collective of the new engine, which a rank
+    whose engine did not start would never join."""
+    from tf_ring import process_set as sets
+    failure = _attempt(lambda: basics.init(comm=shrunk,
+                                           process_sets="dynamic" if dynamic else None))
+    if not _everyone_started(shrunk, failure is None):
+        return failure or RuntimeError("a survivor's engine did not start, or a rank was lost")
+    return _attempt(lambda: sets._restore(_renumber(registered, old, shrunk), _next_set_id))
+
+
+def _attempt(step):
+    try:
+        step()
+    except Exception as error:  # noqa: BLE001 - judged together with the other survivors
+        return error
+    return None
+
+
+def _everyone_started(comm, ok):
+    """True on every survivor when every survivor started its engine
+    (MPIX_Comm_agree: fault tolerant, one answer everywhere); False when one
+    failed or a rank was lost meanwhile."""
+    from mpi4py import MPI
+    try:
+        return bool(comm.Agree(1 if ok else 0))
+    except MPI.Exception:
+        return False  # a process of `comm` failed: shrink again
+
+
+def _revoke(comm):
+    try:
+        comm.Revoke()
+    except Exception:  # noqa: BLE001 - best effort: the next shrink works on it either way
+        pass
+
+
+def _free(comm):
+    from mpi4py import MPI
+    if comm == MPI.COMM_WORLD:
+        return
+    try:
+        comm.Free()
+    except MPI.Exception:
+        pass  # a revoked communicator may refuse; it is unused from here on
+
+
+def _leave_for_restart(why):
+    from tf_ring.elastic import restart
+    print("tf_ring: in-process recovery cannot go on: %s; leaving for tfringrun's restart from "
+          "the last commit" % why, file=sys.stderr, flush=True)
+    restart.exit_for_relaunch()
+
+
 def _renumber(registered, old, shrunk):
-    """The user's ProcessSet objects, their ranks renumbered to the shrunk
-    communicator (shrinking keeps the order) and the lost ranks left out;
-    a set with no rank left is dropped (its object stays unregistered, so
-    using it says so)."""
+    """{id: the user's ProcessSet objects} for the sets that keep a rank;
+    `registered` holds {id: (objects, ranks in `old`)}. The objects' ranks
+    become the shrunk communicator's (shrinking keeps the order) without the
+    lost ones; a set with no rank left is dropped (its objects stay
+    unregistered, so using one says so, and its id names no set anywhere)."""
     from mpi4py import MPI
     old_group, new_group = old.Get_group(), shrunk.Get_group()
-    kept = []
-    for ps in registered:
-        ranks = MPI.Group.Translate_ranks(old_group, list(ps.ranks), new_group)
-        ps._ranks = [r for r in ranks if r != MPI.UNDEFINED]
-        ps.mpi_comm = None  # built on the old communicator
-        if ps._ranks:
-            kept.append(ps)
+    kept = {}
+    for ps_id, (objects, old_ranks) in sorted(registered.items()):
+        ranks = MPI.Group.Translate_ranks(old_group, old_ranks, new_group)
+        ranks = [r for r in ranks if r != MPI.UNDEFINED]
+        for ps in objects:
+            ps._ranks = list(ranks)
+            ps.mpi_comm = None  # built on the old communicator
+            ps._emptied_by_shrink = not ranks
+        if ranks:
+            kept[ps_id] = objects
     old_group.Free()
     new_group.Free()
     return kept

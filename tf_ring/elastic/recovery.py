@@ -123,7 +123,23 @@ def run(func):
                 state.restore()
                 skip_sync = False
                 cause = HorovodInternalError(str(error))
-            _count_reset(cause)
+            _reset_until_done(state, cause)
+    return wrapper
+
+
+def _reset_until_done(state, cause):
+    """Resets and runs the state's reset callbacks; a rank lost meanwhile
+    (the hook's collectives, or a callback's, meet it) makes every survivor
+    reset again rather than end the job. Each try counts against the limit."""
+    while True:
+        _count_reset(cause)
+        try:
             _reset_hook()
             state.on_reset()
-    return wrapper
+            return
+        except HorovodInternalError as error:
+            cause = error
+        except Exception as error:  # noqa: BLE001 - only a lost rank is ours
+            if not in_process.is_lost_rank_error(error):
+                raise
+            cause = HorovodInternalError(str(error))

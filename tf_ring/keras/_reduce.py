@@ -5,7 +5,7 @@ from tf_ring import ops
 from tf_ring.gradient_reduction import variable_key
 from tf_ring.grouped import grouped_allreduce
 from tf_ring.keras import _xla
-from tf_ring.process_set import global_process_set
+from tf_ring.process_set import global_process_set, runtime_size
 
 
 def to_dense(grad):
@@ -75,12 +75,19 @@ def reduce_gradients(settings, grads, variables, postscale_factor=1.0):
                                   prescale_factor=settings.prescale,
                                   postscale_factor=postscale_factor * settings.postscale,
                                   process_set=settings.process_set)
-    local_scale = postscale_factor / (settings.process_set.size()
-                                      if settings.scale_local_gradients else 1)
-    results = [g if g is None or local_scale == 1.0 else g * local_scale for g in grads]
+    results = [None if g is None else _scale_local(g, postscale_factor, settings) for g in grads]
     for i, out in zip(shared, reduced):
         results[i] = out
     return results
+
+
+def _scale_local(grad, postscale_factor, settings):
+    """A local variable's gradient times postscale_factor, divided by the
+    set's size when scale_local_gradients (the size when the step runs, so
+    a traced step stays right after an in-process shrink)."""
+    if settings.scale_local_gradients:
+        grad = to_dense(grad) / runtime_size(settings.process_set, grad.dtype)
+    return grad if postscale_factor == 1.0 else to_dense(grad) * postscale_factor
 
 
 def _variable_label(var):

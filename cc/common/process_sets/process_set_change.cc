@@ -9,11 +9,15 @@ std::string Show(const std::vector<int64_t>& ask) {
   // [length, kind, body...] -> "add [[0, 1], [2]]" / "remove set 3"
   if (ask.size() < 3) return "(malformed)";
   if (ask[1] == ProcessSetChange::kRemove) return "remove set " + std::to_string(ask[2]);
+  const bool at_ids = ask[1] == ProcessSetChange::kAddAt;
   std::string s = "add [";
   size_t at = 3;
   for (int64_t n = 0; n < ask[2] && at < ask.size(); ++n) {
+    s += n ? ", " : "";
+    if (at_ids) s += std::to_string(ask[at++]) + ": ";
+    if (at >= ask.size()) break;
     const int64_t len = ask[at++];
-    s += n ? ", [" : "[";
+    s += "[";
     for (int64_t i = 0; i < len && at < ask.size(); ++i) s += (i ? ", " : "") + std::to_string(ask[at++]);
     s += "]";
   }
@@ -46,10 +50,13 @@ std::vector<int64_t> EncodeProcessSetChange(const ProcessSetChange& change) {
     out.push_back(change.remove_id);
   } else {
     out.push_back(static_cast<int64_t>(change.sets.size()));
-    for (const auto& set : change.sets) {
+    for (size_t i = 0; i < change.sets.size(); ++i) {
+      const auto& set = change.sets[i];
+      if (change.kind == ProcessSetChange::kAddAt) out.push_back(change.ids[i]);
       out.push_back(static_cast<int64_t>(set.size()));
       out.insert(out.end(), set.begin(), set.end());
     }
+    if (change.kind == ProcessSetChange::kAddAt) out.push_back(change.next_id);
   }
   out[0] = static_cast<int64_t>(out.size());
   return out;
@@ -77,18 +84,28 @@ Status AgreedProcessSetChange(const std::vector<int64_t>& data, int size, Proces
   const std::vector<int64_t>& ask = asks[0];
   out->kind = static_cast<ProcessSetChange::Kind>(ask[1]);
   out->sets.clear();
+  out->ids.clear();
   if (out->kind == ProcessSetChange::kRemove) {
     out->remove_id = static_cast<int32_t>(ask[2]);
     return Status::OK();
   }
+  const bool at_ids = out->kind == ProcessSetChange::kAddAt;
   size_t at = 3;
   for (int64_t n = 0; n < ask[2]; ++n) {
+    if (at_ids) {
+      if (at >= ask.size() || ask[at] < 1) return Status::Unknown("malformed process set change");
+      out->ids.push_back(static_cast<int32_t>(ask[at++]));
+    }
     if (at >= ask.size() || at + 1 + ask[at] > ask.size()) return Status::Unknown("malformed process set change");
     std::vector<int> ranks(ask.begin() + at + 1, ask.begin() + at + 1 + ask[at]);
     at += 1 + ask[at];
     Status s = CheckRanks(ranks, size);
     if (!s.ok()) return s;
     out->sets.push_back(std::move(ranks));
+  }
+  if (at_ids) {
+    if (at >= ask.size()) return Status::Unknown("malformed process set change");
+    out->next_id = static_cast<int32_t>(ask[at]);
   }
   return Status::OK();
 }

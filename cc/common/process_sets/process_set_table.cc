@@ -1,5 +1,7 @@
 #include "common/process_sets/process_set_table.h"
 
+#include <algorithm>
+
 namespace tf_ring {
 
 Status ProcessSetTable::Submit(int32_t id, std::vector<TensorEntry> entries,
@@ -53,11 +55,20 @@ std::vector<int32_t> ProcessSetTable::Ids() {
   return ids;
 }
 
-Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_rank, MPI_Comm world,
+Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets,
+                            const std::vector<int32_t>& at_ids, int32_t next_id, int my_rank,
+                            MPI_Comm world,
                             const ProcessSetOptions& options, std::vector<int32_t>* ids) {
   // All or nothing: every rank reaches the same verdict before any set exists.
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < sets.size(); ++i) {
+  for (size_t i = 0; i < at_ids.size(); ++i) {
+    const bool repeated = std::count(at_ids.begin(), at_ids.begin() + i, at_ids[i]) > 0;
+    if (at_ids[i] < 1 || repeated || sets_.count(at_ids[i])) {
+      return Status::InvalidArgument("process set id " + std::to_string(at_ids[i]) +
+                                     " is taken or invalid; cannot restore a set under it.");
+    }
+  }
+  for (size_t i = 0; i < sets.size() && at_ids.empty(); ++i) {
     for (auto& kv : sets_) {
       if (kv.second->ranks() == sets[i]) {
         return Status::InvalidArgument("process set " + kv.second->Describe() +
@@ -73,15 +84,18 @@ Status ProcessSetTable::Add(const std::vector<std::vector<int>>& sets, int my_ra
       }
     }
   }
-  for (const auto& ranks : sets) {
-    auto set = std::make_shared<ProcessSet>(next_id_, ranks, my_rank);
+  for (size_t i = 0; i < sets.size(); ++i) {
+    const int32_t id = at_ids.empty() ? next_id_ : at_ids[i];
+    auto set = std::make_shared<ProcessSet>(id, sets[i], my_rank);
     if (set->included()) {
       Status s = set->Connect(world, options);
       if (!s.ok()) return s;
     }
-    sets_[next_id_] = set;
-    ids->push_back(next_id_++);
+    sets_[id] = set;
+    ids->push_back(id);
+    next_id_ = std::max(next_id_, id + 1);  // later sets never reuse a restored id
   }
+  next_id_ = std::max(next_id_, next_id);
   return Status::OK();
 }
 

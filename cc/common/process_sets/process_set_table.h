@@ -26,9 +26,13 @@ class ProcessSetTable {
   std::vector<int32_t> Ids();
 
   // Background thread. Adds sets with the next ids in order (connecting
-  // those this rank belongs to) and returns their ids.
-  Status Add(const std::vector<std::vector<int>>& sets, int my_rank, MPI_Comm world,
-             const ProcessSetOptions& options, std::vector<int32_t>* ids);
+  // those this rank belongs to) and returns their ids. With `at_ids` (one
+  // per set) the sets get those ids instead, and equal ranks are allowed:
+  // in-process recovery restores sets a shrink may have made equal, under
+  // the ids traced functions hold; later sets get `next_id` or more.
+  Status Add(const std::vector<std::vector<int>>& sets, const std::vector<int32_t>& at_ids,
+             int32_t next_id, int my_rank, MPI_Comm world, const ProcessSetOptions& options,
+             std::vector<int32_t>* ids);
   // Background thread. Removes set `id`; its pending collectives fail.
   Status Remove(int32_t id);
   // Sets this rank belongs to, ascending by id: the cycle order on every rank.
