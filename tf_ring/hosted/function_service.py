@@ -1,0 +1,61 @@
+"""The driver's service for a hosted job's ranks: each rank fetches the
+pickled (function, args, kwargs) and sends back its return value or its
+error. Frameworks add their own requests (a Spark task's registration)
+through `handlers`."""
+import threading
+
+from tf_ring.elastic.control_wire import ChannelError
+from tf_ring.hosted import server
+
+PAYLOAD, RESULT = b"p", b"r"
+
+
+class FunctionService:
+    def __init__(self, secret, payload, num_ranks, bind_address="0.0.0.0", handlers=None):
+        self.payload, self.num_ranks = payload, num_ranks
+        self.results = {}  # rank -> pickled return value
+        self.errors = {}  # rank -> the rank's traceback text
+        self._handlers = dict(handlers or {})
+        self._lock = threading.Lock()
+        self._server = server.Server(secret, self._serve, bind_address, name="tf_ring-function")
+
+    @property
+    def port(self):
+        return self._server.port
+
+    @property
+    def refused(self):
+        return self._server.refused
+
+    def close(self):
+        self._server.close()
+
+    def _rank(self, request):
+        rank = request.get("rank")
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.num_ranks:
+            raise ChannelError("no valid rank in %r" % (request,))
+        return rank
+
+    def _serve(self, channel):
+        while True:
+            request = channel.receive()
+            op = request.get("op")
+            if op == "fn":
+                self._rank(request)
+                channel.send_frame(PAYLOAD, self.payload)
+            elif op == "result":
+                rank = self._rank(request)
+                if request.get("ok") is True:
+                    kind, value = channel.receive_frame()
+                    if kind != RESULT:
+                        raise ChannelError("rank %d sent no result frame" % rank)
+                    with self._lock:
+                        self.results[rank] = value
+                else:
+                    with self._lock:
+                        self.errors[rank] = str(request.get("error"))[:65536]
+                channel.send({"ok": True})
+            elif op in self._handlers:
+                self._handlers[op](channel, request)
+            else:
+                raise ChannelError("unknown request %r" % (op,))

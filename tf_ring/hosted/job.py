@@ -1,0 +1,140 @@
+"""A hosted job's driver side: run `fn` on ranks placed on hosts whose task
+services (task_service) a framework started, through tfringrun, and return
+every rank's result in rank order.
+
+The hosts get made-up names (tfring-host-0, ...), so mpirun reaches every
+one, the driver's machine included, through the rsh agent and never starts
+ranks beside the driver by itself."""
+import json
+import os
+import pickle
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+
+from tf_ring.hosted import frames, function_service, rank_entry, task_service
+from tf_ring.run import interface_addresses
+
+HOST_NAME = "tfring-host-%d"
+# The ranks run the task's own Python (task_service sets it for the daemon).
+RANK_COMMAND = 'exec "${%s:-python3}" -m tf_ring.hosted.rank_entry' % task_service.PYTHON_ENV
+
+
+class JobFailed(RuntimeError):
+    """The job failed; `errors` maps each rank that raised to its traceback text."""
+
+    def __init__(self, message, errors=None, exit_code=None):
+        super().__init__(message)
+        self.errors, self.exit_code = dict(errors or {}), exit_code
+
+
+def machine_addresses(nics=None):
+    """Where other hosts try to reach this machine: the addresses of `nics` (an
+    interface or subnet list, as --network-interface takes), else every
+    address of this machine, loopback last."""
+    if nics:
+        chosen = interface_addresses.addresses_for(nics)
+        if chosen:
+            return chosen
+    found = list(interface_addresses.all_addresses().values())
+    return sorted(found, key=lambda a: a.startswith("127.")) or ["127.0.0.1"]
+
+
+def launcher_argv(num_proc, hosts, agent, start_timeout, nics=None, verbose=1, env_keys=()):
+    """tfringrun's argv for `hosts` [(name, slots)]."""
+    argv = [sys.executable, "-m", "tf_ring.run", "-np", str(num_proc),
+            "-H", ",".join("%s:%d" % h for h in hosts), "--rsh-agent", agent,
+            "--start-timeout", "%g" % start_timeout]
+    if nics:
+        argv += ["--network-interface", nics]
+    if verbose >= 2:
+        argv.append("--verbose")
+    if env_keys:  # tfringrun forwards TF_*, PATH and a few more by itself
+        argv += ["--mpi-args", " ".join("-x %s" % shlex.quote(k) for k in sorted(env_keys))]
+    return argv + ["--", "sh", "-c", RANK_COMMAND]
+
+
+def _write_agent(directory, services):
+    hosts_file = os.path.join(directory, "hosts.json")
+    with open(hosts_file, "w") as f:
+        json.dump(services, f)
+    agent = os.path.join(directory, "rsh_agent")
+    with open(agent, "w") as f:
+        f.write("#!/bin/sh\nexec %s -m tf_ring.hosted.rsh_agent --hosts %s \"$@\"\n"
+                % (shlex.quote(sys.executable), shlex.quote(hosts_file)))
+    os.chmod(agent, 0o700)
+    return agent
+
+
+def _pump(stream, out):
+    for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
+        out.write(chunk.decode(errors="replace"))
+        out.flush()
+
+
+def serve(fn, args, kwargs, num_proc, secret, dumps, pickler, nics=None, handlers=None):
+    """Starts the driver's FunctionService for fn(*args, **kwargs) on
+    `num_proc` ranks; returns it and where ranks and tasks reach it
+    ("addr,...:port"). `dumps`/`pickler`: the framework's cloudpickle (its
+    function and module name: the ranks pickle their results with it)."""
+    payload = dumps((fn, tuple(args), dict(kwargs or {}), pickler))
+    addresses = machine_addresses(nics)
+    bind = addresses[0] if nics and len(addresses) == 1 else "0.0.0.0"
+    service = function_service.FunctionService(secret, payload, num_proc, bind, handlers)
+    return service, frames.format_targets(addresses, service.port)
+
+
+def launch(service, targets, host_services, secret, start_timeout=600, env=None, stdout=None,
+           stderr=None, verbose=1, nics=None, who="tf_ring"):
+    """Runs the served function through tfringrun on `host_services`
+    [(task service "addr,...:port", slots)], one per real host, in the order
+    ranks are placed; returns the results in rank order or raises JobFailed
+    (`who` names the API in its message). Closes `service`."""
+    num_proc = sum(slots for _, slots in host_services)
+    user_env = dict(env or {})
+    child_env = dict(os.environ, **user_env)
+    child_env[frames.SECRET_ENV] = secret
+    child_env[rank_entry.FUNCTION_ENV] = targets
+    names = [HOST_NAME % i for i in range(len(host_services))]
+    try:
+        with tempfile.TemporaryDirectory(prefix="tf_ring-hosted-") as private:  # 0700
+            agent = _write_agent(private, {n: s for n, (s, _) in zip(names, host_services)})
+            argv = launcher_argv(num_proc, list(zip(names, (k for _, k in host_services))), agent,
+                                 start_timeout, nics, verbose, user_env.keys())
+            pipes = {"stdout": subprocess.PIPE if stdout else None,
+                     "stderr": subprocess.PIPE if stderr else None}
+            proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL, **pipes)
+            pumps = [threading.Thread(target=_pump, args=(stream, out), daemon=True)
+                     for stream, out in ((proc.stdout, stdout), (proc.stderr, stderr)) if out]
+            for pump in pumps:
+                pump.start()
+            rc = proc.wait()
+            for pump in pumps:
+                pump.join(timeout=10.0)
+    finally:
+        service.close()
+    return collect(service, num_proc, rc, who)
+
+
+def run_function(fn, args, kwargs, host_services, secret, dumps, pickler, nics=None, **launch_kw):
+    """serve() and launch() in one, for callers that need no handlers."""
+    num_proc = sum(slots for _, slots in host_services)
+    service, targets = serve(fn, args, kwargs, num_proc, secret, dumps, pickler, nics)
+    return launch(service, targets, host_services, secret, nics=nics, **launch_kw)
+
+
+def collect(service, num_proc, rc, who):
+    """The results in rank order, or JobFailed naming the ranks that failed."""
+    if service.errors:
+        first = min(service.errors)
+        raise JobFailed("%s: rank %s failed (of %d ranks):\n%s" % (
+            who, ", ".join(map(str, sorted(service.errors))), num_proc,
+            service.errors[first].rstrip()), service.errors, rc)
+    missing = [r for r in range(num_proc) if r not in service.results]
+    if rc != 0 or missing:
+        raise JobFailed("%s: the job failed (tfringrun exit code %d); ranks %s returned no result; "
+                        "tfringrun's lines above say which rank or host failed first"
+                        % (who, rc, ", ".join(map(str, missing)) or "none"), exit_code=rc)
+    return [pickle.loads(service.results[r]) for r in range(num_proc)]

@@ -1,0 +1,41 @@
+"""What every rank of a hosted job runs (python -m tf_ring.hosted.rank_entry):
+fetch the user's function from the driver's FunctionService, run it, and
+send back its return value, or the error that ended it. The job then fails
+naming this rank (tf_ring.hosted.job)."""
+import importlib
+import os
+import pickle
+import sys
+import traceback
+
+from tf_ring.hosted import frames, function_service
+
+FUNCTION_ENV = "TF_RING_HOSTED_FUNCTION"  # "addr,addr,...:port" of the driver's service
+
+
+def main():
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    channel = frames.connect(frames.parse_targets(os.environ[FUNCTION_ENV]),
+                             os.environ[frames.SECRET_ENV])
+    channel.send({"op": "fn", "rank": rank})
+    kind, payload = channel.receive_frame()
+    if kind != function_service.PAYLOAD:
+        raise SystemExit("tf_ring: rank %d got no function from the driver" % rank)
+    fn, args, kwargs, pickler = pickle.loads(payload)
+    try:
+        value = fn(*args, **kwargs)
+        data = importlib.import_module(pickler).dumps(value)
+    except BaseException:  # noqa: B902 - a SystemExit in fn fails the rank too
+        error = traceback.format_exc()
+        sys.stderr.write("tf_ring: rank %d failed:\n%s" % (rank, error))
+        channel.send({"op": "result", "rank": rank, "ok": False, "error": error})
+        channel.receive()
+        return 1
+    channel.send({"op": "result", "rank": rank, "ok": True})
+    channel.send_frame(function_service.RESULT, data)
+    channel.receive()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

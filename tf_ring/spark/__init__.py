@@ -1,0 +1,28 @@
+"""tf_ring on Spark: run a training function on the executors of the running
+SparkSession, ranks grouped by real host (docs/spark-ray-kubernetes.md).
+
+    import tf_ring.spark
+    results = tf_ring.spark.run(train, args=(epochs,), num_proc=4)
+
+pyspark is imported when run() is called, not with this module
+(pip install "tf_ring[spark]")."""
+
+
+def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=600, env=None, stdout=None,
+        stderr=None, verbose=1, nics=None):
+    """Runs fn(*args, **kwargs) on `num_proc` ranks (default: the Spark
+    context's default parallelism), one Spark barrier task per rank, and
+    returns every rank's return value in rank order.
+
+    start_timeout: seconds for all tasks to start and for all ranks to
+    start after them; env: variables set on every rank, on top of the
+    driver's; stdout/stderr: text streams the job's output goes to
+    (default: the driver's own); verbose: 2 prints tfringrun's plan;
+    nics: the interfaces or subnets (e.g. "eth1" or "10.0.0.0/24") the job's
+    traffic uses, as tfringrun's --network-interface.
+
+    Raises tf_ring.hosted.job.JobFailed naming the ranks that failed and
+    the first one's traceback; the Spark job fails with that error too."""
+    from tf_ring.spark import runner
+    return runner.run(fn, args, kwargs, num_proc, start_timeout, env, stdout, stderr, verbose,
+                      nics)

@@ -1,0 +1,50 @@
+"""The body of tf_ring.spark.run's barrier tasks, run on the executors.
+
+Each task starts a task service, joins one allGather of (task, executor
+host, service address), registers with the driver (task 0 sends the
+table), and then waits for the driver's word that the job ended: the
+service starts Open MPI's daemon for the host's ranks meanwhile. A failed
+job fails the task with the job's error, so the Spark job fails too."""
+import socket
+
+from tf_ring.hosted import frames, job, task_service
+from tf_ring.spark import hosts_table
+
+
+def make_body(secret, driver_targets, nics):
+    def body(_partition):
+        from pyspark import BarrierTaskContext
+        context = BarrierTaskContext.get()
+        index = context.partitionId()
+        host = context.getTaskInfos()[index].address.rsplit(":", 1)[0]
+        addresses = _service_addresses(host, nics)
+        bind = addresses[0] if nics and len(addresses) == 1 else "0.0.0.0"
+        service = task_service.TaskService(secret, bind)
+        try:
+            gathered = context.allGather(hosts_table.entry(
+                index, host, frames.format_targets(addresses, service.port)))
+            channel = frames.connect(frames.parse_targets(driver_targets), secret)
+            channel.send({"op": "task", "index": index,
+                          "table": hosts_table.parse(gathered) if index == 0 else None})
+            verdict = channel.receive()  # when the job has ended
+            channel.close()
+        finally:
+            service.close()
+        if not verdict.get("ok"):
+            raise RuntimeError(verdict.get("error") or "the tf_ring job failed")
+        yield index
+    return body
+
+
+def _service_addresses(executor_host, nics):
+    """Where the driver's agent tries to reach this task: the job's network
+    with `nics`, else the address Spark knows the executor by first."""
+    if nics:
+        chosen = job.machine_addresses(nics)
+        if chosen:
+            return chosen
+    try:
+        first = socket.gethostbyname(executor_host)
+    except OSError:
+        first = executor_host
+    return [first] + [a for a in job.machine_addresses() if a != first]
