@@ -21,6 +21,9 @@ from tf_ring.elastic.mirror import MirrorWriter, load_mirror
 
 EXIT_HOSTS_UPDATED = 75  # tf_ring.run.elastic_plan uses the same code
 COMMITTED_ENV = "TF_RING_ELASTIC_COMMITTED"  # the newest commit the launcher heard of
+# Which world of the job this is (0, then one more each relaunch), so that a
+# hosted job keeps the results of the last world only (tf_ring.hosted).
+WORLD_ENV = "TF_RING_ELASTIC_WORLD"
 _writer = None
 _mirror_taken = False
 _commits = 0  # this job's commits so far, the same number on every rank

@@ -42,11 +42,22 @@ def machine_addresses(nics=None):
     return sorted(found, key=lambda a: a.startswith("127.")) or ["127.0.0.1"]
 
 
-def launcher_argv(num_proc, hosts, agent, start_timeout, nics=None, verbose=1, env_keys=()):
-    """tfringrun's argv for `hosts` [(name, slots)]."""
-    argv = [sys.executable, "-m", "tf_ring.run", "-np", str(num_proc),
-            "-H", ",".join("%s:%d" % h for h in hosts), "--rsh-agent", agent,
+def launcher_argv(num_proc, hosts, agent, start_timeout, nics=None, verbose=1, env_keys=(),
+                  elastic=None):
+    """tfringrun's argv for `hosts` [(name, slots)], or with `elastic`
+    {"discovery": script, "min_np", "max_np", "elastic_timeout", "reset_limit"}
+    for hosts that the script lists as they come and go."""
+    argv = [sys.executable, "-m", "tf_ring.run", "-np", str(num_proc), "--rsh-agent", agent,
             "--start-timeout", "%g" % start_timeout]
+    if elastic:
+        argv += ["--host-discovery-script", elastic["discovery"],
+                 "--min-np", str(elastic["min_np"]), "--max-np", str(elastic["max_np"])]
+        if elastic.get("elastic_timeout") is not None:
+            argv += ["--elastic-timeout", "%g" % elastic["elastic_timeout"]]
+        if elastic.get("reset_limit") is not None:
+            argv += ["--reset-limit", str(elastic["reset_limit"])]
+    else:
+        argv += ["-H", ",".join("%s:%d" % h for h in hosts)]
     if nics:
         argv += ["--network-interface", nics]
     if verbose >= 2:
@@ -60,16 +71,40 @@ def launcher_argv(num_proc, hosts, agent, start_timeout, nics=None, verbose=1, e
     return argv + ["--", "sh", "-c", RANK_COMMAND]
 
 
-def _write_agent(directory, services):
-    hosts_file = os.path.join(directory, "hosts.json")
-    with open(hosts_file, "w") as f:
-        json.dump(services, f)
-    agent = os.path.join(directory, "rsh_agent")
-    with open(agent, "w") as f:
-        f.write("#!/bin/sh\nexec %s -m tf_ring.hosted.rsh_agent --hosts %s \"$@\"\n"
-                % (shlex.quote(sys.executable), shlex.quote(hosts_file)))
-    os.chmod(agent, 0o700)
-    return agent
+class AgentDirectory:
+    """A private directory (0700) holding the rsh agent, its map of host
+    names to task services and, for elastic jobs, the discovery script and
+    the host list it prints; set_hosts() rewrites both atomically as hosts
+    come and go."""
+
+    def __init__(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="tf_ring-hosted-")
+        self.path = self._tmp.name
+        self._map, self._list = (os.path.join(self.path, n) for n in ("hosts.json", "hosts.txt"))
+        self.set_hosts([])
+        self.agent = self._script("rsh_agent", "exec %s -m tf_ring.hosted.rsh_agent --hosts %s "
+                                  "\"$@\"" % (shlex.quote(sys.executable), shlex.quote(self._map)))
+        self.discovery = self._script("discover_hosts", "exec cat %s" % shlex.quote(self._list))
+
+    def set_hosts(self, hosts):
+        """hosts: [(name, task service "addr,...:port", slots)]."""
+        self._replace(self._map, json.dumps({name: service for name, service, _ in hosts}))
+        self._replace(self._list, "".join("%s:%d\n" % (name, slots) for name, _, slots in hosts))
+
+    def close(self):
+        self._tmp.cleanup()
+
+    def _script(self, name, line):
+        path = os.path.join(self.path, name)
+        self._replace(path, "#!/bin/sh\n%s\n" % line)
+        os.chmod(path, 0o700)
+        return path
+
+    @staticmethod
+    def _replace(path, text):
+        with open(path + ".new", "w") as f:
+            f.write(text)
+        os.replace(path + ".new", path)
 
 
 def _pump(stream, out):
@@ -80,7 +115,7 @@ def _pump(stream, out):
 
 def serve(fn, args, kwargs, num_proc, secret, dumps, pickler, nics=None, handlers=None):
     """Starts the driver's FunctionService for fn(*args, **kwargs) on
-    `num_proc` ranks; returns it and where ranks and tasks reach it
+    `num_proc` ranks (at most); returns it and where ranks and tasks reach it
     ("addr,...:port"). `dumps`/`pickler`: the framework's cloudpickle (its
     function and module name: the ranks pickle their results with it)."""
     payload = dumps((fn, tuple(args), dict(kwargs or {}), pickler))
@@ -97,29 +132,36 @@ def launch(service, targets, host_services, secret, start_timeout=600, env=None,
     ranks are placed; returns the results in rank order or raises JobFailed
     (`who` names the API in its message). Closes `service`."""
     num_proc = sum(slots for _, slots in host_services)
-    user_env = dict(env or {})
-    child_env = dict(os.environ, **user_env)
-    child_env[frames.SECRET_ENV] = secret
-    child_env[rank_entry.FUNCTION_ENV] = targets
-    names = [HOST_NAME % i for i in range(len(host_services))]
+    hosts = [(HOST_NAME % i, s, k) for i, (s, k) in enumerate(host_services)]
+    directory = AgentDirectory()
     try:
-        with tempfile.TemporaryDirectory(prefix="tf_ring-hosted-") as private:  # 0700
-            agent = _write_agent(private, {n: s for n, (s, _) in zip(names, host_services)})
-            argv = launcher_argv(num_proc, list(zip(names, (k for _, k in host_services))), agent,
-                                 start_timeout, nics, verbose, user_env.keys())
-            pipes = {"stdout": subprocess.PIPE if stdout else None,
-                     "stderr": subprocess.PIPE if stderr else None}
-            proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL, **pipes)
-            pumps = [threading.Thread(target=_pump, args=(stream, out), daemon=True)
-                     for stream, out in ((proc.stdout, stdout), (proc.stderr, stderr)) if out]
-            for pump in pumps:
-                pump.start()
-            rc = proc.wait()
-            for pump in pumps:
-                pump.join(timeout=10.0)
+        directory.set_hosts(hosts)
+        argv = launcher_argv(num_proc, [(n, k) for n, _, k in hosts], directory.agent,
+                             start_timeout, nics, verbose, (env or {}).keys())
+        rc = run_launcher(argv, secret, targets, env, stdout, stderr)
     finally:
         service.close()
+        directory.close()
     return collect(service, num_proc, rc, who)
+
+
+def run_launcher(argv, secret, targets, env=None, stdout=None, stderr=None):
+    """Runs tfringrun (`argv`) with the job's secret and the function
+    service's address in its environment; returns its exit code."""
+    child_env = dict(os.environ, **dict(env or {}))
+    child_env[frames.SECRET_ENV] = secret
+    child_env[rank_entry.FUNCTION_ENV] = targets
+    pipes = {"stdout": subprocess.PIPE if stdout else None,
+             "stderr": subprocess.PIPE if stderr else None}
+    proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL, **pipes)
+    pumps = [threading.Thread(target=_pump, args=(stream, out), daemon=True)
+             for stream, out in ((proc.stdout, stdout), (proc.stderr, stderr)) if out]
+    for pump in pumps:
+        pump.start()
+    rc = proc.wait()
+    for pump in pumps:
+        pump.join(timeout=10.0)
+    return rc
 
 
 def run_function(fn, args, kwargs, host_services, secret, dumps, pickler, nics=None, **launch_kw):
@@ -136,6 +178,7 @@ def collect(service, num_proc, rc, who):
         raise JobFailed("%s: rank %s failed (of %d ranks):\n%s" % (
             who, ", ".join(map(str, sorted(service.errors))), num_proc,
             service.errors[first].rstrip()), service.errors, rc)
+    num_proc = service.world_size or num_proc  # an elastic job's last world may be smaller
     missing = [r for r in range(num_proc) if r not in service.results]
     if rc != 0 or missing:
         raise JobFailed("%s: the job failed (tfringrun exit code %d); ranks %s returned no result; "

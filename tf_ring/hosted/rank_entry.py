@@ -8,6 +8,7 @@ import pickle
 import sys
 import traceback
 
+from tf_ring.elastic.restart import WORLD_ENV
 from tf_ring.hosted import frames, function_service
 
 FUNCTION_ENV = "TF_RING_HOSTED_FUNCTION"  # "addr,addr,...:port" of the driver's service
@@ -15,9 +16,11 @@ FUNCTION_ENV = "TF_RING_HOSTED_FUNCTION"  # "addr,addr,...:port" of the driver's
 
 def main():
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    world = int(os.environ.get(WORLD_ENV, "0"))  # an elastic job's relaunch count
     channel = frames.connect(frames.parse_targets(os.environ[FUNCTION_ENV]),
                              os.environ[frames.SECRET_ENV])
-    channel.send({"op": "fn", "rank": rank})
+    channel.send({"op": "fn", "rank": rank, "size": size, "world": world})
     kind, payload = channel.receive_frame()
     if kind != function_service.PAYLOAD:
         raise SystemExit("tf_ring: rank %d got no function from the driver" % rank)
@@ -28,10 +31,11 @@ def main():
     except BaseException:  # noqa: B902 - a SystemExit in fn fails the rank too
         error = traceback.format_exc()
         sys.stderr.write("tf_ring: rank %d failed:\n%s" % (rank, error))
-        channel.send({"op": "result", "rank": rank, "ok": False, "error": error})
+        channel.send({"op": "result", "rank": rank, "size": size, "world": world, "ok": False,
+                      "error": error})
         channel.receive()
         return 1
-    channel.send({"op": "result", "rank": rank, "ok": True})
+    channel.send({"op": "result", "rank": rank, "size": size, "world": world, "ok": True})
     channel.send_frame(function_service.RESULT, data)
     channel.receive()
     return 0

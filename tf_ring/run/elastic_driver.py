@@ -14,7 +14,7 @@ import threading
 import time
 
 from tf_ring.elastic.errors import HostUpdateResult
-from tf_ring.elastic.restart import COMMITTED_ENV
+from tf_ring.elastic.restart import COMMITTED_ENV, WORLD_ENV
 from tf_ring.run import beats, discovery, interface_addresses
 from tf_ring.run.control_service import ControlService
 from tf_ring.run import spare_seeding, warm_spares
@@ -198,7 +198,8 @@ class Driver:
             self.control.new_world()
             world.control = self.control
             # The new world must find the newest commit the last one mirrored.
-            world_env = dict(env, **{COMMITTED_ENV: str(self.control.committed)})
+            world_env = dict(env, **{COMMITTED_ENV: str(self.control.committed),
+                                     WORLD_ENV: str(self.restarts)})
             stop = threading.Event()
             poller = threading.Thread(target=self._watch_for_gain, daemon=True,
                                       args=(chosen, stop, world_env))
