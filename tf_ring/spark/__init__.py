@@ -4,7 +4,9 @@ SparkSession, ranks grouped by real host (docs/spark-ray-kubernetes.md).
     import tf_ring.spark
     results = tf_ring.spark.run(train, args=(epochs,), num_proc=4)
 
-pyspark is imported when run() is called, not with this module
+    results = tf_ring.spark.run_elastic(train, num_proc=4, min_num_proc=2)
+
+pyspark is imported when run() or run_elastic() is called, not with this module
 (pip install "tf_ring[spark]")."""
 
 
@@ -26,3 +28,23 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=600, env=None, st
     from tf_ring.spark import runner
     return runner.run(fn, args, kwargs, num_proc, start_timeout, env, stdout, stderr, verbose,
                       nics)
+
+
+def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_proc=None,
+                start_timeout=600, elastic_timeout=600, reset_limit=None, env=None, stdout=None,
+                stderr=None, verbose=1, nics=None):
+    """Runs fn(*args, **kwargs) as an elastic job (fn uses tf_ring.elastic's
+    state and @elastic.run): Spark tasks (max_num_proc of them, default
+    num_proc; not a barrier stage) each offer one rank slot on their host as
+    they start, and tfringrun's elastic driver runs a world on the slots of
+    the tasks still alive, at least min_num_proc (default num_proc), from
+    num_proc. A lost executor's ranks are lost with it: the job restarts on
+    the others from the last commit; a task that starts later adds its
+    slot. Returns the last world's return values in rank order.
+
+    elastic_timeout: seconds to wait for min_num_proc slots after a loss;
+    reset_limit: fail after that many relaunches; the rest as run()."""
+    from tf_ring.spark import elastic_runner
+    return elastic_runner.run_elastic(fn, args, kwargs, num_proc, min_num_proc, max_num_proc,
+                                      start_timeout, elastic_timeout, reset_limit, env, stdout,
+                                      stderr, verbose, nics)

@@ -7,6 +7,7 @@ service starts Open MPI's daemon for the host's ranks meanwhile. A failed
 job fails the task with the job's error, so the Spark job fails too."""
 import socket
 
+from tf_ring.elastic.control_wire import ChannelError
 from tf_ring.hosted import frames, job, task_service
 from tf_ring.spark import hosts_table
 
@@ -26,6 +27,34 @@ def make_body(secret, driver_targets, nics):
             channel = frames.connect(frames.parse_targets(driver_targets), secret)
             channel.send({"op": "task", "index": index,
                           "table": hosts_table.parse(gathered) if index == 0 else None})
+            verdict = channel.receive()  # when the job has ended
+            channel.close()
+        finally:
+            service.close()
+        if not verdict.get("ok"):
+            raise RuntimeError(verdict.get("error") or "the tf_ring job failed")
+        yield index
+    return body
+
+
+def make_elastic_body(secret, driver_targets, nics):
+    """run_elastic's tasks: no barrier (Spark retries a lost task alone, on
+    any executor with a free slot, and a task that starts late adds its host
+    to the job). Each registers its service's port; the driver takes the
+    address the task connected from as its host's. A task that finds the
+    driver gone (the job ended before it started) just returns."""
+    def body(_partition):
+        from pyspark import TaskContext
+        index = TaskContext.get().partitionId()
+        addresses = job.machine_addresses(nics) if nics else ["0.0.0.0"]
+        service = task_service.TaskService(secret, addresses[0] if len(addresses) == 1
+                                           else "0.0.0.0")
+        try:
+            try:
+                channel = frames.connect(frames.parse_targets(driver_targets), secret)
+            except (ChannelError, OSError):
+                return
+            channel.send({"op": "elastic_task", "index": index, "port": service.port})
             verdict = channel.receive()  # when the job has ended
             channel.close()
         finally:

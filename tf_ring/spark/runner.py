@@ -61,13 +61,13 @@ class _Tasks:
             return self.table
 
 
-class _Stage(threading.Thread):
-    """The Spark job of barrier tasks, run in its own job group so that it
-    can be cancelled."""
+class Stage(threading.Thread):
+    """The Spark job of the tasks (a barrier stage unless barrier=False),
+    run in its own job group so that it can be cancelled."""
 
-    def __init__(self, context, num_proc, body):
+    def __init__(self, context, num_proc, body, barrier=True):
         super().__init__(daemon=True, name="tf_ring-spark-stage")
-        self.context, self.num_proc, self.body = context, num_proc, body
+        self.context, self.num_proc, self.body, self.barrier = context, num_proc, body, barrier
         self.group = "tf_ring-%s" % secrets.token_hex(4)
         self.error = None
 
@@ -76,15 +76,19 @@ class _Stage(threading.Thread):
             self.context.setJobGroup(self.group, "tf_ring.spark.run: %d ranks" % self.num_proc,
                                      interruptOnCancel=True)
             rdd = self.context.parallelize(range(self.num_proc), self.num_proc)
-            rdd.barrier().mapPartitions(self.body).collect()
+            (rdd.barrier() if self.barrier else rdd).mapPartitions(self.body).collect()
         except Exception as e:  # noqa: B902 - reported by run()
             self.error = spark_error_summary(e)
 
     def end(self, grace):
+        """Waits `grace` s for the tasks to end, then cancels what is left;
+        True if the stage was cancelled."""
         self.join(grace)
-        if self.is_alive():
-            self.context.cancelJobGroup(self.group)
-            self.join(30.0)
+        if not self.is_alive():
+            return False
+        self.context.cancelJobGroup(self.group)
+        self.join(30.0)
+        return True
 
 
 def spark_error_summary(error):
@@ -113,7 +117,7 @@ def run(fn, args, kwargs, num_proc, start_timeout, env, stdout, stderr, verbose,
     tasks = _Tasks(num_proc)
     service, targets = job.serve(fn, args, kwargs, num_proc, secret, cloudpickle.dumps,
                                  "pyspark.cloudpickle", nics, {"task": tasks.handle})
-    stage = _Stage(context, num_proc, barrier_task.make_body(secret, targets, nics))
+    stage = Stage(context, num_proc, barrier_task.make_body(secret, targets, nics))
     started = time.monotonic()
     stage.start()
     try:

@@ -1,0 +1,92 @@
+"""run_elastic's view of its tasks: those registered and still connected,
+grouped by the address each connected from. It keeps the discovery list
+tfringrun's elastic driver polls (tf_ring.hosted.job.AgentDirectory) up
+to date as tasks come and go, and holds every task's connection until the
+job's verdict."""
+import select
+import socket
+import threading
+import time
+
+from tf_ring.hosted import job
+
+POLL_S = 0.5
+
+
+class LiveTasks:
+    def __init__(self, directory):
+        self.directory = directory
+        self._tasks = []  # [(host address, service targets)], in registration order
+        self._names = {}  # host address -> its made-up name while it has live tasks
+        self._named = 0
+        self._changed = threading.Condition()
+        self._verdict = None
+
+    def slots(self):
+        with self._changed:
+            return len(self._tasks)
+
+    def handle(self, channel, request):
+        port = request.get("port")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            raise ValueError("a task registered no valid port")
+        host = channel.sock.getpeername()[0]
+        task = (host, "%s:%d" % (host, port))
+        with self._changed:
+            self._tasks.append(task)
+            self._publish()
+            while self._verdict is None and not _dropped(channel.sock):
+                self._changed.wait(POLL_S)
+            verdict = self._verdict
+            if verdict is None:  # the task (its executor, its host) is gone
+                self._tasks.remove(task)
+                self._publish()
+                return
+        channel.send(verdict)
+
+    def wait_for_slots(self, count, timeout, stage, who):
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while len(self._tasks) < count:
+                if stage.error is not None:
+                    raise job.JobFailed("%s: the Spark stage failed before the job started: %s"
+                                        % (who, stage.error))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise job.JobFailed(
+                        "%s: %d of the %d tasks needed to start (min_num_proc) registered within "
+                        "start_timeout=%g s; add executors or lower min_num_proc"
+                        % (who, len(self._tasks), count, timeout))
+                self._changed.wait(min(left, POLL_S))
+
+    def finish(self, ok, error=None):
+        with self._changed:
+            if self._verdict is None:
+                self._verdict = {"ok": ok, "error": error}
+                self._changed.notify_all()
+
+    def _publish(self):
+        """Rewrites the discovery list; a host whose tasks all left loses
+        its name, so a machine that comes back is a new host to tfringrun
+        (the old name may be blacklisted)."""
+        hosts = {}
+        for host, service in self._tasks:
+            if host not in self._names:
+                self._names[host] = job.HOST_NAME % self._named
+                self._named += 1
+            hosts.setdefault(host, [service, 0])[1] += 1
+        for gone in set(self._names) - set(hosts):
+            del self._names[gone]
+        self.directory.set_hosts([(self._names[h], s, k) for h, (s, k) in hosts.items()])
+        self._changed.notify_all()
+
+
+def _dropped(sock):
+    """True once the peer closed or reset the connection (it sends nothing else)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
