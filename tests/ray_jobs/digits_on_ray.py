@@ -1,0 +1,100 @@
+"""A Ray driver for the tests: Keras 3 digits training through
+tf_ring.ray.RayExecutor (the training function and the summary are the
+Spark driver's, tests/spark_jobs/digits_on_spark.py), a run whose rank 1
+raises, and execute()/execute_single() with an executable class; prints
+one JSON line per step for the test to check, with how long it took.
+
+    python digits_on_ray.py local WORKERS[,WORKERS...]     # ray.init(num_cpus=3) here
+    python digits_on_ray.py ADDRESS WORKERS [--nics NET] [--digits-only]  # join a cluster
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "spark_jobs"))
+import digits_on_spark  # noqa: E402
+
+
+class Counter:
+    """execute()'s executable: made on every rank of every call."""
+
+    def __init__(self, start, step=1):
+        self.value, self.step = start, step
+
+    def advance(self):
+        self.value += self.step
+        return self.value
+
+
+def fail_on_rank_one():
+    """Fails without TensorFlow (a rank importing it costs seconds here)."""
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    if rank == 1:
+        raise ValueError("rank 1 refuses to train")
+    return rank
+
+
+def rank_and_count(counter):
+    return int(os.environ["OMPI_COMM_WORLD_RANK"]), counter.advance()
+
+
+def say(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("address", help="'local' for a Ray started here, else a cluster's address")
+    parser.add_argument("workers", help="comma-separated worker counts, one digits run each")
+    parser.add_argument("--nics", default=None)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--digits-only", action="store_true",
+                        help="skip the failing run and execute()")
+    args = parser.parse_args()
+    import ray
+    from ray import cloudpickle
+    from tf_ring.hosted.job import JobFailed
+    from tf_ring.ray import RayExecutor
+
+    # The ranks do not see this directory: ship the shared functions by value.
+    cloudpickle.register_pickle_by_value(digits_on_spark)
+    started = time.monotonic()
+    if args.address == "local":
+        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=args.address, log_to_driver=False)
+    say(step="ray.init", seconds=time.monotonic() - started,
+        nodes=sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]))
+    settings = RayExecutor.create_settings(timeout_s=180, nics=args.nics)
+    for index, workers in enumerate(map(int, args.workers.split(","))):
+        executor = RayExecutor(settings, num_workers=workers)
+        started = time.monotonic()
+        executor.start(executable_cls=Counter, executable_args=(10,),
+                       executable_kwargs={"step": 5})
+        say(step="start", workers=workers, seconds=time.monotonic() - started,
+            hosts=[[h.hostname, h.slots] for h in executor.hosts])
+        started = time.monotonic()
+        results = executor.run(digits_on_spark.train_digits, args=(args.epochs,))
+        say(step="digits", workers=workers, seconds=time.monotonic() - started,
+            **digits_on_spark.summary(results))
+        if index == 0 and not args.digits_only:  # the other calls once, on the first executor
+            started = time.monotonic()
+            try:
+                executor.run(fail_on_rank_one)
+                outcome = {"raised": None}
+            except JobFailed as e:
+                outcome = {"raised": str(e), "failed_ranks": sorted(e.errors)}
+            say(step="fails", seconds=time.monotonic() - started, **outcome)
+            started = time.monotonic()
+            say(step="execute", every=executor.execute(rank_and_count),
+                single=executor.execute_single(rank_and_count),
+                seconds=time.monotonic() - started)
+        executor.shutdown()
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
