@@ -51,8 +51,12 @@ def launcher_argv(num_proc, hosts, agent, start_timeout, nics=None, verbose=1, e
         argv += ["--network-interface", nics]
     if verbose >= 2:
         argv.append("--verbose")
-    if env_keys:  # tfringrun forwards TF_*, PATH and a few more by itself
-        argv += ["--mpi-args", " ".join("-x %s" % shlex.quote(k) for k in sorted(env_keys))]
+    # Every daemon is started from the driver: PRRTE's tree spawn would have
+    # the first daemons run the agent on their hosts, where it does not exist.
+    mpi_args = ["--prtemca", "plm_ssh_no_tree_spawn", "1"]
+    for key in sorted(env_keys):  # tfringrun forwards TF_*, PATH and a few more by itself
+        mpi_args += ["-x", shlex.quote(key)]
+    argv += ["--mpi-args", " ".join(mpi_args)]
     return argv + ["--", "sh", "-c", RANK_COMMAND]
 
 

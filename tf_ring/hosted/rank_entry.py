@@ -21,8 +21,8 @@ def main():
     kind, payload = channel.receive_frame()
     if kind != function_service.PAYLOAD:
         raise SystemExit("tf_ring: rank %d got no function from the driver" % rank)
-    fn, args, kwargs, pickler = pickle.loads(payload)
-    try:
+    try:  # a function whose module this host cannot import fails here, named
+        fn, args, kwargs, pickler = pickle.loads(payload)
         value = fn(*args, **kwargs)
         data = importlib.import_module(pickler).dumps(value)
     except BaseException:  # noqa: B902 - a SystemExit in fn fails the rank too
