@@ -1,6 +1,7 @@
 """tf_ring.ray without a Ray cluster: RayExecutor's checks of its
 arguments, the placement group it asks for, how bundles become hosts, and
 that importing tf_ring or tf_ring.ray leaves Ray unimported."""
+import os
 import subprocess
 import sys
 
@@ -86,3 +87,14 @@ def test_importing_tf_ring_and_tf_ring_ray_does_not_import_ray():
             "from tf_ring.ray import RayExecutor; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_agent_gives_ranks_the_threads_of_their_cpus(monkeypatch):
+    from tf_ring.ray import agent
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what Ray gives a 0-CPU actor; restored after
+    host_agent = agent.HostAgent("ab" * 32, nics="127.0.0.0/8", cpus_per_worker=3.5)
+    try:
+        assert os.environ["OMP_NUM_THREADS"] == "3"
+        assert host_agent.info()["service"] == "127.0.0.1:%d" % host_agent._service.port
+    finally:
+        host_agent.close()

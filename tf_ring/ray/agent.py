@@ -6,6 +6,7 @@ HostAgent: one per host, in the host's first bundle. It runs a TaskService
 run() has it start Open MPI's daemon, whose children are that run's ranks.
 GpuClaim: holds the GPUs of a host's other bundles and says which they are,
 so the agent can show the ranks every GPU of the host's bundles."""
+import math
 import os
 import socket
 
@@ -26,7 +27,10 @@ def service_addresses(nics=None):
 
 
 class HostAgent:
-    def __init__(self, secret, nics=None, use_gpu=False, other_gpu_ids=()):
+    def __init__(self, secret, nics=None, use_gpu=False, other_gpu_ids=(), cpus_per_worker=1):
+        # Ray gave this 0-CPU actor OMP_NUM_THREADS=1; a rank gets what Ray
+        # gives an actor of cpus_per_worker CPUs (extra_env_vars override it).
+        os.environ["OMP_NUM_THREADS"] = str(max(math.floor(cpus_per_worker), 1))
         if use_gpu:  # Ray shows an actor only its own GPUs; ranks get the host's
             import ray
             ids = [str(i) for i in ray.get_gpu_ids()] + [str(i) for i in other_gpu_ids]

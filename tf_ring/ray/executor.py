@@ -152,7 +152,7 @@ class RayExecutor:
                                    timeout=self.settings.timeout_s):
                     other_ids += ids
             self._agents.append(on_bundle(agent.HostAgent, host.bundles[0], gpus).remote(
-                self._secret, nics, self.use_gpu, other_ids))
+                self._secret, nics, self.use_gpu, other_ids, self.cpus_per_worker))
         infos = ray.get([a.info.remote() for a in self._agents], timeout=self.settings.timeout_s)
         for host, info in zip(self.hosts, infos):
             host.hostname, host.service = info["hostname"], info["service"]
