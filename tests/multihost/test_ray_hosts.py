@@ -3,7 +3,8 @@ node (no CPUs for workers) and the driver in simhost2, worker nodes of 2
 and 1 CPUs in simhost0 and simhost1, joined with Ray 2.60's token
 authentication. 3 workers of 1 CPU must land 2 + 1 on the worker hosts:
 ranks report those hosts' names and local sizes, and Keras 3 digits
-training from different starts ends with equal weights. The cluster starts
+training from different starts ends with equal weights; num_hosts=2 puts
+one rank on each worker host. The cluster starts
 once for the module; one driver does every run."""
 import collections
 import json
@@ -67,7 +68,7 @@ def cluster():
 
 def test_three_workers_on_two_ray_nodes(cluster):
     started = time.monotonic()
-    result = cluster.run_on(cluster.head, "%s %s %s 3 --nics %s --digits-only" % (
+    result = cluster.run_on(cluster.head, "%s %s %s 3 --nics %s --digits-only --num-hosts 2" % (
         sys.executable, DRIVER, cluster.address, cluster.hosts.subnet), timeout=480)
     steps = collections.defaultdict(list)
     for line in result.stdout.splitlines():
@@ -76,7 +77,7 @@ def test_three_workers_on_two_ray_nodes(cluster):
             steps[record["step"]].append(record)
     print("cluster start %.1f s, driver %.1f s: %s" % (
         cluster.start_seconds, time.monotonic() - started,
-        {k: [round(r["seconds"], 1) for r in v] for k, v in steps.items()}))
+        {k: [round(r.get("seconds", 0), 1) for r in v] for k, v in steps.items()}))
     addresses = cluster.hosts.addresses
     assert steps["ray.init"][0]["nodes"] == sorted(addresses.values())
     assert sorted(map(tuple, steps["start"][0]["hosts"])) == sorted(WORKER_CPUS.items())
@@ -88,3 +89,9 @@ def test_three_workers_on_two_ray_nodes(cluster):
     assert digits["hosts"] == [h for h, slots in steps["start"][0]["hosts"] for _ in range(slots)]
     assert digits["starts_differ"] and digits["max_weight_difference"] == 0.0
     assert min(digits["accuracy"]) > 0.8
+    # num_hosts=2: one rank on each worker host, alone there.
+    spread = steps["num_hosts"][0]["every"]
+    assert [r[0] for r in spread] == [0, 1] and [r[2] for r in spread] == [1, 1]
+    assert sorted(r[1] for r in spread) == sorted(WORKER_CPUS)
+    end = steps["end"][0]
+    assert set(end["groups"]) == {"REMOVED"} and end["cpus_free"] == end["cpus"] == 3

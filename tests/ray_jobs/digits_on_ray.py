@@ -1,15 +1,17 @@
 """A Ray driver for the tests: Keras 3 digits training through
 tf_ring.ray.RayExecutor (the training function and the summary are the
 Spark driver's, tests/spark_jobs/digits_on_spark.py), a run whose rank 1
-raises, and execute()/execute_single() with an executable class; prints
-one JSON line per step for the test to check, with how long it took.
+raises, execute()/execute_single() with an executable class, and
+num_hosts=N (one worker per host); prints one JSON line per step for the
+test to check, with how long it took.
 
-    python digits_on_ray.py local WORKERS[,WORKERS...]     # ray.init(num_cpus=3) here
-    python digits_on_ray.py ADDRESS WORKERS [--nics NET] [--digits-only]  # join a cluster
+    python digits_on_ray.py local WORKERS[,WORKERS...] [--num-hosts N]  # ray.init(num_cpus=3)
+    python digits_on_ray.py ADDRESS WORKERS [--nics NET] [--digits-only] [--num-hosts N]
 """
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 
@@ -41,6 +43,11 @@ def rank_and_count(counter):
     return int(os.environ["OMPI_COMM_WORLD_RANK"]), counter.advance()
 
 
+def where_am_i():
+    return (int(os.environ["OMPI_COMM_WORLD_RANK"]), socket.gethostname(),
+            int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]))
+
+
 def say(**fields):
     print(json.dumps(fields), flush=True)
 
@@ -53,6 +60,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--digits-only", action="store_true",
                         help="skip the failing run and execute()")
+    parser.add_argument("--num-hosts", type=int, default=0,
+                        help="then run where_am_i with num_hosts=N, 1 worker per host")
     args = parser.parse_args()
     import ray
     from ray import cloudpickle
@@ -93,6 +102,26 @@ def main():
                 single=executor.execute_single(rank_and_count),
                 seconds=time.monotonic() - started)
         executor.shutdown()
+    if args.num_hosts:
+        spread = RayExecutor(RayExecutor.create_settings(timeout_s=180, nics=args.nics,
+                                                         placement_group_timeout_s=5),
+                             num_hosts=args.num_hosts)
+        started = time.monotonic()
+        try:
+            spread.start()
+            outcome = {"every": spread.run(where_am_i)}
+        except TimeoutError as e:
+            outcome = {"raised": str(e)}
+        finally:
+            spread.shutdown()
+        say(step="num_hosts", seconds=time.monotonic() - started, **outcome)
+    # shutdown() removed every placement group: all CPUs come free again.
+    deadline = time.monotonic() + 15
+    while (ray.available_resources().get("CPU") != ray.cluster_resources().get("CPU")
+           and time.monotonic() < deadline):
+        time.sleep(0.2)
+    say(step="end", groups=sorted(g["state"] for g in ray.util.placement_group_table().values()),
+        cpus_free=ray.available_resources().get("CPU"), cpus=ray.cluster_resources().get("CPU"))
     ray.shutdown()
 
 
