@@ -3,7 +3,8 @@ process of its own, tests/ray_jobs/digits_on_ray.py): Keras 3 digits
 training on 2 and then 3 workers, each rank starting from its own random
 weights, must end with equal weights on every rank and a working model;
 a rank that raises fails run() naming it; execute() and execute_single()
-make the executable class on every rank; num_hosts=2 on one node times out
+make the executable class on every rank; with (made-up) GPUs declared,
+use_gpu shows the ranks every GPU of their host's bundles; num_hosts=2 on one node times out
 naming the placement group; shutdown() frees what start() reserved. One driver runs everything, so
 Ray starts once."""
 import json
@@ -73,7 +74,8 @@ def check_digits(record, workers):
 
 
 def test_digits_failure_and_executables_on_local_ray():
-    steps, out, seconds = run_driver(["local", "2,3", "--num-hosts", "2"], timeout=600)
+    steps, out, seconds = run_driver(["local", "2,3", "--gpus", "2", "--num-hosts", "2"],
+                                     timeout=600)
     print("driver took %.1f s: %s" % (seconds, {k: [round(r.get("seconds", 0), 1) for r in v]
                                                 for k, v in steps.items()}))
     two, three = steps["digits"]
@@ -90,11 +92,16 @@ def test_digits_failure_and_executables_on_local_ray():
     # Counter(10, step=5).advance() on every rank, made fresh for each call.
     assert steps["execute"][0]["every"] == [[0, 15], [1, 15]]
     assert steps["execute"][0]["single"] == [0, 15]
+    # use_gpu: each rank's bundle holds one GPU (the agent's, and a claim
+    # actor's); both ranks of the host see both.
+    gpus = steps["gpus"][0]["every"]
+    assert [r[0] for r in gpus] == [0, 1]
+    assert [sorted(r[1].split(",")) for r in gpus] == [["0", "1"], ["0", "1"]]
     # num_hosts=2 cannot be placed on one node: start() says so in time.
     assert "did not grant a placement group of 2 bundles {'CPU': 1} (STRICT_SPREAD) within " \
         "placement_group_timeout_s=5 s" in steps["num_hosts"][0]["raised"]
     assert steps["num_hosts"][0]["seconds"] < 30
     # shutdown() removed every placement group and freed its CPUs.
     end = steps["end"][0]
-    assert set(end["groups"]) == {"REMOVED"} and len(end["groups"]) == 3
-    assert end["cpus_free"] == end["cpus"] == 3
+    assert set(end["groups"]) == {"REMOVED"}
+    assert end["cpus_free"] == end["cpus"] == 3 and len(end["groups"]) == 4

@@ -1,11 +1,12 @@
 """A Ray driver for the tests: Keras 3 digits training through
 tf_ring.ray.RayExecutor (the training function and the summary are the
 Spark driver's, tests/spark_jobs/digits_on_spark.py), a run whose rank 1
-raises, execute()/execute_single() with an executable class, and
-num_hosts=N (one worker per host); prints one JSON line per step for the
+raises, execute()/execute_single() with an executable class, workers
+with GPUs (made-up ones: Ray only hands out their ids), and num_hosts=N
+(one worker per host); prints one JSON line per step for the
 test to check, with how long it took.
 
-    python digits_on_ray.py local WORKERS[,WORKERS...] [--num-hosts N]  # ray.init(num_cpus=3)
+    python digits_on_ray.py local WORKERS[,...] [--gpus N] [--num-hosts N]  # ray.init() here
     python digits_on_ray.py ADDRESS WORKERS [--nics NET] [--digits-only] [--num-hosts N]
 """
 import argparse
@@ -48,6 +49,10 @@ def where_am_i():
             int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]))
 
 
+def visible_gpus():
+    return int(os.environ["OMPI_COMM_WORLD_RANK"]), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
 def say(**fields):
     print(json.dumps(fields), flush=True)
 
@@ -60,6 +65,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--digits-only", action="store_true",
                         help="skip the failing run and execute()")
+    parser.add_argument("--gpus", type=int, default=0,
+                        help="local: declare N (made-up) GPUs, then run visible_gpus with "
+                             "N workers of use_gpu=True")
     parser.add_argument("--num-hosts", type=int, default=0,
                         help="then run where_am_i with num_hosts=N, 1 worker per host")
     args = parser.parse_args()
@@ -72,7 +80,7 @@ def main():
     cloudpickle.register_pickle_by_value(digits_on_spark)
     started = time.monotonic()
     if args.address == "local":
-        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=3, num_gpus=args.gpus, include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=args.address, log_to_driver=False)
     say(step="ray.init", seconds=time.monotonic() - started,
@@ -102,6 +110,12 @@ def main():
                 single=executor.execute_single(rank_and_count),
                 seconds=time.monotonic() - started)
         executor.shutdown()
+    if args.gpus:  # Ray hands out GPU ids it was told of; no GPU needs to be there
+        gpu_executor = RayExecutor(settings, num_workers=args.gpus, use_gpu=True)
+        started = time.monotonic()
+        gpu_executor.start()
+        say(step="gpus", every=gpu_executor.run(visible_gpus), seconds=time.monotonic() - started)
+        gpu_executor.shutdown()
     if args.num_hosts:
         spread = RayExecutor(RayExecutor.create_settings(timeout_s=180, nics=args.nics,
                                                          placement_group_timeout_s=5),

@@ -162,6 +162,9 @@ class RayExecutor:
         """Stops the agents (and any ranks they still run) and removes the
         placement group. The executor cannot be started again."""
         import ray
+        if not ray.is_initialized():  # ray.shutdown() ended the actors and the group
+            self._agents, self._claims, self._services, self._group = [], [], [], None
+            return
         if self._agents:
             try:
                 ray.get([a.close.remote() for a in self._agents], timeout=30)
@@ -190,8 +193,9 @@ class RayExecutor:
     def execute_single(self, fn):
         """fn(executable) once, as a job of one rank on rank 0's host (so
         there hvd.size() == 1); its return value."""
-        return self._run(call_with_executable, (fn,) + self._executable, {},
-                         self._services[:1] and [(self._services[0][0], 1)], "execute_single")[0]
+        first_host = [(self._services[0][0], 1)] if self._services else []
+        return self._run(call_with_executable, (fn,) + self._executable, {}, first_host,
+                         "execute_single")[0]
 
     def _run(self, fn, args, kwargs, services, method):
         if not services:
