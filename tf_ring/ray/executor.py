@@ -160,7 +160,7 @@ class RayExecutor:
 
     def shutdown(self):
         """Stops the agents (and any ranks they still run) and removes the
-        placement group. The executor cannot be started again."""
+        placement group; start() may be called again afterwards."""
         import ray
         if not ray.is_initialized():  # ray.shutdown() ended the actors and the group
             self._agents, self._claims, self._services, self._group = [], [], [], None
