@@ -1,11 +1,9 @@
 """A TCP listener whose connections must prove the job's secret before
 their handler sees them: one thread per connection; a connection that
 fails the proof or breaks the protocol is dropped and counted."""
-import socket
-import threading
-
 from tf_ring.elastic.control_wire import ChannelError, PeerClosed
 from tf_ring.hosted import frames
+from tf_ring.run.tcp_listener import TcpListener
 
 
 class Server:
@@ -13,32 +11,14 @@ class Server:
         """`handler(channel)` serves one authenticated FrameChannel."""
         self.secret, self.handler = secret, handler
         self.refused = 0
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((bind_address, 0))
-        self._sock.listen(64)
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name=name).start()
+        self._listener = TcpListener(bind_address, self._serve, name)
 
     @property
     def port(self):
-        return self._sock.getsockname()[1]
+        return self._listener.port
 
     def close(self):
-        self._closed = True
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
-
-    def _accept(self):
-        while not self._closed:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self._listener.close()
 
     def _serve(self, conn):
         try:

@@ -10,11 +10,11 @@ its own /dev/shm and /tmp.
 One listening TCP socket, bound to the addresses the job uses; a thread per
 connection (rank 0 keeps one open); a connection that fails the handshake is
 dropped and counted."""
-import socket
 import threading
 
 from tf_ring.elastic import control_wire
 from tf_ring.elastic.control_wire import Channel, ChannelError, PeerClosed
+from tf_ring.run.tcp_listener import TcpListener
 
 
 class ControlService:
@@ -28,18 +28,13 @@ class ControlService:
         self._notices = []  # [(timestamp, result)] of the running world
         self._world_size = None
         self._committed = 0
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((bind_address, 0))
-        self._sock.listen(16)
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name="tfringrun-control").start()
+        self._listener = TcpListener(bind_address, self._serve, "tfringrun-control", backlog=16)
 
     # -- the driver's side ---------------------------------------------------
     def environment(self):
         """What the ranks need to reach this service (the secret travels apart)."""
         return {control_wire.ADDRESS_ENV: "%s:%d" % (",".join(self.addresses),
-                                                     self._sock.getsockname()[1])}
+                                                     self._listener.port)}
 
     def new_world(self):
         """A new world starts: its rank 0 has heard nothing yet, and it has not shrunk."""
@@ -63,21 +58,9 @@ class ControlService:
             return self._committed
 
     def close(self):
-        self._closed = True
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
+        self._listener.close()
 
     # -- the ranks' side ------------------------------------------------------
-    def _accept(self):
-        while not self._closed:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn):
         channel = Channel(conn)

@@ -25,14 +25,11 @@ def make_body(secret, driver_targets, nics):
             gathered = context.allGather(hosts_table.entry(
                 index, host, frames.format_targets(addresses, service.port)))
             channel = frames.connect(frames.parse_targets(driver_targets), secret)
-            channel.send({"op": "task", "index": index,
-                          "table": hosts_table.parse(gathered) if index == 0 else None})
-            verdict = channel.receive()  # when the job has ended
-            channel.close()
+            _register_until_the_verdict(channel, {
+                "op": "task", "index": index,
+                "table": hosts_table.parse(gathered) if index == 0 else None})
         finally:
             service.close()
-        if not verdict.get("ok"):
-            raise RuntimeError(verdict.get("error") or "the tf_ring job failed")
         yield index
     return body
 
@@ -54,15 +51,22 @@ def make_elastic_body(secret, driver_targets, nics):
                 channel = frames.connect(frames.parse_targets(driver_targets), secret)
             except (ChannelError, OSError):
                 return
-            channel.send({"op": "elastic_task", "index": index, "port": service.port})
-            verdict = channel.receive()  # when the job has ended
-            channel.close()
+            _register_until_the_verdict(channel, {"op": "elastic_task", "index": index,
+                                                  "port": service.port})
         finally:
             service.close()
-        if not verdict.get("ok"):
-            raise RuntimeError(verdict.get("error") or "the tf_ring job failed")
         yield index
     return body
+
+
+def _register_until_the_verdict(channel, registration):
+    """Registers with the driver and waits for the job's verdict; a failed
+    job fails this task (and so the Spark job) with the job's error."""
+    channel.send(registration)
+    verdict = channel.receive()  # when the job has ended
+    channel.close()
+    if not verdict.get("ok"):
+        raise RuntimeError(verdict.get("error") or "the tf_ring job failed")
 
 
 def _service_addresses(executor_host, nics):
