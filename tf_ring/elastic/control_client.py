@@ -7,7 +7,6 @@ only informs: when the launcher cannot be reached the rank says so once and
 trains on (no notices; the launcher still judges the job from its ranks'
 exits)."""
 import os
-import socket
 import sys
 import threading
 import time
@@ -85,23 +84,8 @@ class ControlClient:
             return None
 
     def _connect(self):
-        problems = []
-        for address, port in self._targets:
-            try:
-                sock = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S)
-            except OSError as e:
-                problems.append("%s:%d: %s" % (address, port, e))
-                continue
-            channel = Channel(sock)
-            try:
-                sock.settimeout(control_wire.HANDSHAKE_TIMEOUT_S)
-                control_wire.rank_handshake(channel, self._secret)
-                sock.settimeout(None)
-                return channel
-            except (OSError, ChannelError) as e:
-                channel.close()
-                problems.append("%s:%d: %s" % (address, port, e))
-        raise ChannelError("; ".join(problems) or "no launcher address")
+        return control_wire.connect_first(self._targets, self._secret, Channel,
+                                          CONNECT_TIMEOUT_S)
 
 
 def parse_targets(value):

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import os
+import socket
 
 ADDRESS_ENV = "TF_RING_CONTROL_TO"  # "addr,addr,...:port": the launcher's addresses
 SECRET_ENV = "TF_RING_ELASTIC_SECRET"
@@ -90,3 +91,26 @@ def rank_handshake(channel, secret):
     proof = _text_field(channel.receive(), "proof")
     if not hmac.compare_digest(proof.encode(), _proof(secret, b"launcher", mine, theirs).encode()):
         raise ChannelError("the launcher's proof of the job's secret is wrong")
+
+
+def connect_first(targets, secret, channel_class, timeout):
+    """A `channel_class` connection to the first of [(address, port)] that
+    answers and proves `secret` (the rank's side of the handshake);
+    ChannelError naming every address's failure otherwise."""
+    problems = []
+    for address, port in targets:
+        try:
+            sock = socket.create_connection((address, port), timeout=timeout)
+        except OSError as e:
+            problems.append("%s:%d: %s" % (address, port, e))
+            continue
+        channel = channel_class(sock)
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            rank_handshake(channel, secret)
+            sock.settimeout(None)
+            return channel
+        except (OSError, ChannelError) as e:
+            channel.close()
+            problems.append("%s:%d: %s" % (address, port, e))
+    raise ChannelError("; ".join(problems) or "no address to connect to")

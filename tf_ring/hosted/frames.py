@@ -77,24 +77,9 @@ class FrameChannel:
 def connect(targets, secret, timeout=10.0):
     """An authenticated FrameChannel to the first of [(address, port)] that
     answers and proves `secret`; ChannelError naming every failure else."""
-    problems = []
-    for address, port in targets:
-        try:
-            sock = socket.create_connection((address, port), timeout=timeout)
-        except OSError as e:
-            problems.append("%s:%d: %s" % (address, port, e))
-            continue
-        channel = FrameChannel(sock)
-        try:
-            sock.settimeout(control_wire.HANDSHAKE_TIMEOUT_S)
-            control_wire.rank_handshake(channel, secret)
-            sock.settimeout(None)
-            channel.authenticated()
-            return channel
-        except (OSError, ChannelError) as e:
-            channel.close()
-            problems.append("%s:%d: %s" % (address, port, e))
-    raise ChannelError("; ".join(problems) or "no address to connect to")
+    channel = control_wire.connect_first(targets, secret, FrameChannel, timeout)
+    channel.authenticated()
+    return channel
 
 
 def accept(sock, secret):
