@@ -195,3 +195,11 @@ def test_function_runs_on_every_rank_through_the_task_service(service, ranks, ca
     expected_total = sum(r + 10 for r in range(ranks))
     assert [r[:4] for r in results] == [(r, ranks, ranks, expected_total) for r in range(ranks)]
     assert service.commands_run == 1  # one daemon for the host, started through its service
+
+
+def test_importing_tf_ring_and_tf_ring_spark_leaves_pyspark_unimported():
+    probe = ("import sys, tf_ring, tf_ring.spark, tf_ring.hosted.job; "
+             "print('pyspark' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "False"
