@@ -4,7 +4,8 @@ and 1 CPUs in simhost0 and simhost1, joined with Ray 2.60's token
 authentication. 3 workers of 1 CPU must land 2 + 1 on the worker hosts:
 ranks report those hosts' names and local sizes, and Keras 3 digits
 training from different starts ends with equal weights; num_hosts=2 puts
-one rank on each worker host. The cluster starts
+one rank on each worker host, and digits trains on those 2 ranks across
+the 2 hosts the same way. The cluster starts
 once for the module; one driver does every run."""
 import collections
 import json
@@ -89,9 +90,15 @@ def test_three_workers_on_two_ray_nodes(cluster):
     assert digits["hosts"] == [h for h, slots in steps["start"][0]["hosts"] for _ in range(slots)]
     assert digits["starts_differ"] and digits["max_weight_difference"] == 0.0
     assert min(digits["accuracy"]) > 0.8
-    # num_hosts=2: one rank on each worker host, alone there.
+    # num_hosts=2: one rank on each worker host, alone there; Keras digits
+    # on these 2 ranks across the 2 hosts too.
     spread = steps["num_hosts"][0]["every"]
     assert [r[0] for r in spread] == [0, 1] and [r[2] for r in spread] == [1, 1]
     assert sorted(r[1] for r in spread) == sorted(WORKER_CPUS)
+    two = steps["num_hosts"][0]
+    assert two["ranks"] == [0, 1] and two["sizes"] == [2, 2] and two["local_sizes"] == [1, 1]
+    assert sorted(two["hosts"]) == sorted(WORKER_CPUS)
+    assert two["starts_differ"] and two["max_weight_difference"] == 0.0
+    assert min(two["accuracy"]) > 0.8
     end = steps["end"][0]
     assert set(end["groups"]) == {"REMOVED"} and end["cpus_free"] == end["cpus"] == 3

@@ -69,7 +69,7 @@ def main():
                         help="local: declare N (made-up) GPUs, then run visible_gpus with "
                              "N workers of use_gpu=True")
     parser.add_argument("--num-hosts", type=int, default=0,
-                        help="then run where_am_i with num_hosts=N, 1 worker per host")
+                        help="then digits training with num_hosts=N, 1 worker per host")
     args = parser.parse_args()
     import ray
     from ray import cloudpickle
@@ -124,6 +124,8 @@ def main():
         try:
             spread.start()
             outcome = {"every": spread.run(where_am_i)}
+            outcome.update(digits_on_spark.summary(
+                spread.run(digits_on_spark.train_digits, args=(args.epochs,))))
         except TimeoutError as e:
             outcome = {"raised": str(e)}
         finally:
