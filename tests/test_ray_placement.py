@@ -48,10 +48,15 @@ def test_bad_arguments_are_refused(kwargs, message):
         RayExecutor(SETTINGS, **kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{"min_workers": 1}, {"max_workers": 4}])
-def test_elastic_arguments_say_they_are_not_supported_yet(kwargs):
-    with pytest.raises(NotImplementedError, match="elastic training .* not supported yet"):
-        RayExecutor(SETTINGS, num_workers=2, **kwargs)
+@pytest.mark.parametrize("kwargs", [{"num_workers": 2}, {"num_hosts": 2}, {"use_gpu": True}])
+def test_elastic_mode_takes_its_ranks_from_the_cluster(kwargs):
+    with pytest.raises(ValueError, match="elastic mode .* give neither num_workers"):
+        RayExecutor(SETTINGS, min_workers=1, max_workers=4, **kwargs)
+
+
+def test_elastic_bounds_are_checked():
+    with pytest.raises(ValueError, match=r"need 1 <= min_workers \(3\) <= max_workers \(2\)"):
+        RayExecutor(SETTINGS, min_workers=3, max_workers=2)
 
 
 def test_calls_before_start_ask_for_start():

@@ -10,7 +10,9 @@ once for the module; one driver does every run."""
 import collections
 import json
 import os
+import re
 import secrets
+import subprocess
 import sys
 import time
 
@@ -102,3 +104,47 @@ def test_three_workers_on_two_ray_nodes(cluster):
     assert min(two["accuracy"]) > 0.8
     end = steps["end"][0]
     assert set(end["groups"]) == {"REMOVED"} and end["cpus_free"] == end["cpus"] == 3
+
+
+ELASTIC_DRIVER = os.path.join(REPO, "tests", "ray_jobs", "elastic_on_ray.py")
+STEPS, KILL_AT = 30, 6
+
+
+def test_elastic_mode_goes_on_without_a_lost_node(cluster, tmp_path):
+    """Last in this module: it kills a worker host. min_workers=1,
+    max_workers=3 over nodes of 2 and 1 CPUs: 3 ranks on both hosts; the
+    host without rank 0 is killed at step 6 (its raylet, agent, daemon and
+    rank at once), and the job must finish on rank 0's host from its last
+    commit, with every step counted once."""
+    command = "%s %s %s --nics %s --steps %d" % (sys.executable, ELASTIC_DRIVER, cluster.address,
+                                                 cluster.hosts.subnet, STEPS)
+    err = open(str(tmp_path / "driver.err"), "w")
+    driver = subprocess.Popen([cluster.hosts.agent, cluster.head, command], env=cluster.env,
+                              stdout=subprocess.PIPE, stderr=err, text=True)
+    hosts_of, killed, lines = {}, None, []
+    try:
+        for line in driver.stdout:
+            lines.append(line)
+            step = re.match(r"STEP rank=(\d+) size=3 step=(\d+) host=(\S+)", line)
+            if step:
+                hosts_of[int(step.group(1))] = step.group(3)
+                if killed is None and int(step.group(2)) >= KILL_AT and len(hosts_of) == 3:
+                    killed = [h for h in WORKER_CPUS if h != hosts_of[0]][0]
+                    cluster.hosts.kill_host(killed)
+        driver.wait(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        err.close()
+    output = "".join(lines)[-3000:] + open(str(tmp_path / "driver.err")).read()[-6000:]
+    assert driver.returncode == 0, output
+    assert killed is not None, "the 3 ranks never reached step %d: %s" % (KILL_AT, output)
+    survivor = hosts_of[0]
+    assert sorted(hosts_of.values()) == sorted(h for h, k in WORKER_CPUS.items() for _ in range(k))
+    (result,) = [json.loads(l[len("RESULTS "):]) for l in lines if l.startswith("RESULTS ")]
+    assert [r["rank"] for r in result] == list(range(WORKER_CPUS[survivor]))
+    for last in result:
+        assert (last["size"], last["host"]) == (WORKER_CPUS[survivor], survivor)
+        assert last["step"] == STEPS and last["total"] == sum(range(STEPS))
+        assert last["world"] >= 1, "the job was never relaunched"
+        assert last["resumed_at"] >= KILL_AT - 1, "resumed at %d" % last["resumed_at"]

@@ -71,6 +71,25 @@ def launcher_argv(num_proc, hosts, agent, start_timeout, nics=None, verbose=1, e
     return argv + ["--", "sh", "-c", RANK_COMMAND]
 
 
+class HostNames:
+    """Made-up names for the hosts present now, stable while a host stays;
+    a host that left and comes back gets a new name, so an elastic driver
+    that blacklisted the old one takes it as a new host."""
+
+    def __init__(self):
+        self._names, self._made = {}, 0
+
+    def name(self, hosts):
+        """{host: name} for `hosts` (any keys), forgetting hosts not among them."""
+        for host in hosts:
+            if host not in self._names:
+                self._names[host] = HOST_NAME % self._made
+                self._made += 1
+        for gone in set(self._names) - set(hosts):
+            del self._names[gone]
+        return dict(self._names)
+
+
 class AgentDirectory:
     """A private directory (0700) holding the rsh agent, its map of host
     names to task services and, for elastic jobs, the discovery script and

@@ -10,7 +10,7 @@ import sys
 import time
 
 from tf_ring.hosted import job
-from tf_ring.ray import agent, placement
+from tf_ring.ray import agent, elastic_hosts, placement
 
 WHO = "tf_ring.ray.RayExecutor"
 
@@ -48,7 +48,11 @@ class RayExecutor:
     packed onto as few nodes as fit them), or num_hosts (that many nodes,
     num_workers_per_host ranks on each). Each rank reserves cpus_per_worker
     CPUs, and with use_gpu gpus_per_worker GPUs (default 1).
-    min_workers/max_workers (elastic training) are not supported yet."""
+    min_workers/max_workers: elastic mode instead (tf_ring.ray.elastic_hosts):
+    every live node's CPUs offer floor(CPUs / cpus_per_worker) ranks, a run
+    uses at least min_workers and at most max_workers of them, and goes on
+    from the last commit when nodes leave or join; reset_limit and
+    elastic_timeout as tfringrun's --reset-limit and --elastic-timeout."""
 
     @staticmethod
     def create_settings(timeout_s=30, ssh_identity_file=None, ssh_str=None,
@@ -63,12 +67,12 @@ class RayExecutor:
 
     def __init__(self, settings, num_workers=None, num_hosts=None, num_workers_per_host=1,
                  cpus_per_worker=1, use_gpu=False, gpus_per_worker=None, min_workers=None,
-                 max_workers=None):
+                 max_workers=None, reset_limit=None, elastic_timeout=600):
+        self._elastic = None
         if min_workers is not None or max_workers is not None:
-            raise NotImplementedError(
-                "%s: elastic training (min_workers/max_workers) is not supported yet; give "
-                "num_workers or num_hosts for a fixed number of ranks, or use tfringrun's "
-                "elastic mode (--min-np/--max-np) on the cluster's machines" % WHO)
+            self._init_elastic(settings, num_workers, num_hosts, cpus_per_worker, use_gpu,
+                               min_workers, max_workers, reset_limit, elastic_timeout)
+            return
         if bool(num_workers) == bool(num_hosts):
             raise ValueError("%s: give exactly one of num_workers and num_hosts (got %r and %r)"
                              % (WHO, num_workers, num_hosts))
@@ -89,6 +93,29 @@ class RayExecutor:
         self._secret = secrets.token_hex(32)
         self._executable, self._env = (None, (), {}), {}
 
+    def _init_elastic(self, settings, num_workers, num_hosts, cpus_per_worker, use_gpu,
+                      min_workers, max_workers, reset_limit, elastic_timeout):
+        """Elastic mode (elastic_hosts): ranks on whatever CPUs Ray's nodes offer."""
+        if num_workers or num_hosts or use_gpu:
+            raise ValueError("%s: elastic mode (min_workers/max_workers) takes its ranks from "
+                             "the cluster's CPUs; give neither num_workers, num_hosts nor "
+                             "use_gpu with it" % WHO)
+        min_workers = min_workers or 1
+        if min_workers < 1 or (max_workers is not None and max_workers < min_workers):
+            raise ValueError("%s: need 1 <= min_workers (%d) <= max_workers (%s)"
+                             % (WHO, min_workers, max_workers))
+        self.settings = settings or RaySettings()
+        self.cpus_per_worker, self.use_gpu, self.gpus_per_worker = cpus_per_worker, False, 0
+        self.min_workers, self.max_workers = min_workers, max_workers
+        self.reset_limit, self.elastic_timeout = reset_limit, elastic_timeout
+        self.num_workers, self.hosts, self.start_seconds = None, [], None
+        self._group, self._agents, self._claims, self._services = None, [], [], []
+        self._secret = secrets.token_hex(32)
+        self._executable, self._env = (None, (), {}), {}
+        self._elastic = elastic_hosts.ElasticHosts(
+            self._secret, self.settings.nics_spec, cpus_per_worker, min_workers, max_workers,
+            self.settings.timeout_s, WHO)
+
     # -- lifetime --------------------------------------------------------
     def start(self, executable_cls=None, executable_args=None, executable_kwargs=None,
               extra_env_vars=None):
@@ -105,6 +132,10 @@ class RayExecutor:
         self._executable = (executable_cls, tuple(executable_args or ()),
                             dict(executable_kwargs or {}))
         self._env = {str(k): str(v) for k, v in (extra_env_vars or {}).items()}
+        if self._elastic is not None:
+            self._elastic.start()
+            self.start_seconds = time.monotonic() - started
+            return
         self._group = placement_group(self._bundles, strategy=self._strategy)
         try:
             self._wait_for_group(ray)
@@ -162,6 +193,9 @@ class RayExecutor:
         """Stops the agents (and any ranks they still run) and removes the
         placement group; start() may be called again afterwards."""
         import ray
+        if self._elastic is not None:
+            self._elastic.stop()
+            return
         if not ray.is_initialized():  # ray.shutdown() ended the actors and the group
             self._agents, self._claims, self._services, self._group = [], [], [], None
             return
@@ -193,11 +227,18 @@ class RayExecutor:
     def execute_single(self, fn):
         """fn(executable) once, as a job of one rank on rank 0's host (so
         there hvd.size() == 1); its return value."""
-        first_host = [(self._services[0][0], 1)] if self._services else []
+        services = self._services
+        if self._elastic is not None:  # a plain one-rank job on the first live node
+            services = self._elastic.services()
+        first_host = [(services[0][0], 1)] if services else []
         return self._run(call_with_executable, (fn,) + self._executable, {}, first_host,
                          "execute_single")[0]
 
     def _run(self, fn, args, kwargs, services, method):
+        if self._elastic is not None and method != "execute_single":
+            return self._elastic.run(fn, args, kwargs, self._env, self.settings.verbose,
+                                     self.elastic_timeout, self.reset_limit,
+                                     "%s.%s" % (WHO, method))
         if not services:
             raise RuntimeError("%s.%s: call start() first" % (WHO, method))
         from ray import cloudpickle

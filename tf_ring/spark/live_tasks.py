@@ -17,8 +17,7 @@ class LiveTasks:
     def __init__(self, directory):
         self.directory = directory
         self._tasks = []  # [(host address, service targets)], in registration order
-        self._names = {}  # host address -> its made-up name while it has live tasks
-        self._named = 0
+        self._names = job.HostNames()
         self._changed = threading.Condition()
         self._verdict = None
 
@@ -71,13 +70,9 @@ class LiveTasks:
         (the old name may be blacklisted)."""
         hosts = {}
         for host, service in self._tasks:
-            if host not in self._names:
-                self._names[host] = job.HOST_NAME % self._named
-                self._named += 1
             hosts.setdefault(host, [service, 0])[1] += 1
-        for gone in set(self._names) - set(hosts):
-            del self._names[gone]
-        self.directory.set_hosts([(self._names[h], s, k) for h, (s, k) in hosts.items()])
+        names = self._names.name(hosts)
+        self.directory.set_hosts([(names[h], s, k) for h, (s, k) in hosts.items()])
         self._changed.notify_all()
 
 
