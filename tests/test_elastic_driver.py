@@ -230,6 +230,27 @@ def test_a_shrink_below_min_np_blames_the_silent_ranks_when_every_survivor_left(
     assert judge(ended, [0, 1, 2], [3], [], host_of, np=4, shrunk_to=3) == (EXIT_HOSTS_UPDATED, set())
 
 
+def test_the_ranks_no_shrink_kept_are_lost_even_when_the_world_split():
+    host_of = {0: "a", 1: "b", 2: "c", 3: "c"}.get
+    judge = elastic_plan.judge_in_process_world
+    # Seen in CI: rank 2's link went down and ULFM left ranks 0 and 1 each in
+    # a world of one (both reported, {0} and {1}); only rank 1's exit reached
+    # the launcher. Counting leavers blamed a; the reports clear a and b.
+    ended = {1: ("exit", EXIT_HOSTS_UPDATED)}
+    assert judge(ended, [1], [0, 2], [], host_of, np=3, shrunk_to=2,
+                 survivors={0, 1}) == (EXIT_HOSTS_UPDATED, {"c"})
+    # A survivor stopped by mpirun before it said: the report still names it.
+    ended = {0: ("exit", EXIT_HOSTS_UPDATED), 1: ("stopped", 143)}
+    assert judge(ended, [0, 1], [2], [], host_of, np=4, shrunk_to=2,
+                 survivors={0, 1}) == (EXIT_HOSTS_UPDATED, {"c"})
+    # A host keeps its place while a survivor is on it.
+    assert judge(ended, [0, 1], [2, 3], [], host_of, np=4, shrunk_to=3,
+                 survivors={0, 1, 2}) == (EXIT_HOSTS_UPDATED, set())
+    # Nobody lost: hosts were added, and the stopped ranks are not blamed.
+    assert judge(ended, [0, 1], [2], [], host_of, np=3, shrunk_to=3,
+                 survivors={0, 1, 2}) == (EXIT_HOSTS_UPDATED, set())
+
+
 @pytest.mark.parametrize("shrunk, says", [
     (None, "hosts were added; restarting"),
     (1, "ranks were lost and the 1 left are fewer than --min-np 2; restarting"),

@@ -47,6 +47,26 @@ def test_reports_of_size_and_commit_reach_the_launcher():
         service.close()
 
 
+def test_shrink_reports_name_the_survivors_and_a_split_world_sums_its_fragments():
+    service, client = service_and_client()
+    try:
+        assert service.survivors is None
+        client.report_world_size(3, [0, 1, 3])  # rank 2 of 4 lost
+        client.report_world_size(2, [0, 1])  # then rank 3: the later report replaces it
+        assert service.world_size == 2 and service.survivors == {0, 1}
+        service.new_world()
+        # ULFM split a world of 3: ranks 0 and 1 each shrank to a world of one.
+        client.report_world_size(1, [0])
+        client.report_world_size(1, [1])
+        assert service.world_size == 2 and service.survivors == {0, 1}
+        client.report_world_size(2, [5])  # a size its list contradicts is refused
+        assert service.world_size == 2 and service.survivors == {0, 1}
+        assert service.refused >= 1
+    finally:
+        client.close()
+        service.close()
+
+
 def test_a_client_without_the_secret_learns_and_changes_nothing(capsys):
     service, client = service_and_client(client_secret="wrong")
     try:

@@ -46,8 +46,12 @@ class ControlClient:
             self._next_notice = reply["next"]
         return found
 
-    def report_world_size(self, size):
-        self._call({"op": "world_size", "size": int(size)})
+    def report_world_size(self, size, members=None):
+        """`members`: the survivors' ranks in the world tfringrun started."""
+        request = {"op": "world_size", "size": int(size)}
+        if members is not None:
+            request["members"] = [int(r) for r in members]
+        self._call(request)
 
     def report_commit(self, number):
         self._call({"op": "committed", "commit": int(number)})

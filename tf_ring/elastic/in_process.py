@@ -174,10 +174,27 @@ def _renumber(registered, old, shrunk):
 
 
 def _tell_driver(size):
-    """Rank 0 tells tfringrun the new world size over the control channel:
-    how many ranks must end before the launcher may stop mpirun (which under
-    ULFM can wait for a lost host forever)."""
+    """Rank 0 tells tfringrun the new world size and who is in it (ranks of
+    the world mpirun started) over the control channel: how many ranks must
+    end before the launcher may stop mpirun (which under ULFM can wait for a
+    lost host forever), and which ranks, so a rank left out is known lost."""
     from tf_ring.elastic import control_client
     client = control_client.from_environment()
     if client is not None and basics.rank() == 0:
-        client.report_world_size(size)
+        client.report_world_size(size, _world_ranks(basics._engine_comm))
+
+
+def _world_ranks(comm):
+    """`comm`'s ranks as MPI_COMM_WORLD numbers them; None if unknown."""
+    from mpi4py import MPI
+    if comm is None:
+        return None
+    try:
+        group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+        try:
+            return MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world)
+        finally:
+            group.Free()
+            world.Free()
+    except MPI.Exception:
+        return None

@@ -27,6 +27,9 @@ class ControlService:
         self._lock = threading.Lock()
         self._notices = []  # [(timestamp, result)] of the running world
         self._world_size = None
+        # The survivors each shrink reported, as sets of the world's ranks: one
+        # per fragment when the shrink split the world (docs/elastic.md).
+        self._fragments = []
         self._committed = 0
         self._listener = TcpListener(bind_address, self._serve, "tfringrun-control", backlog=16)
 
@@ -39,7 +42,7 @@ class ControlService:
     def new_world(self):
         """A new world starts: its rank 0 has heard nothing yet, and it has not shrunk."""
         with self._lock:
-            self._notices, self._world_size = [], None
+            self._notices, self._world_size, self._fragments = [], None, []
 
     def add_notice(self, timestamp, result):
         with self._lock:
@@ -47,9 +50,19 @@ class ControlService:
 
     @property
     def world_size(self):
-        """The running world's size after its last in-process shrink, or None."""
+        """The running world's size after its last in-process shrink (summed
+        over the fragments of a split), or None."""
         with self._lock:
+            if self._fragments:
+                return sum(len(f) for f in self._fragments)
             return self._world_size
+
+    @property
+    def survivors(self):
+        """The world's ranks that its shrinks kept (every fragment's), or None
+        when it never shrank or the reports named no ranks."""
+        with self._lock:
+            return set().union(*self._fragments) if self._fragments else None
 
     @property
     def committed(self):
@@ -87,12 +100,29 @@ class ControlService:
                     raise ChannelError("notices: 'since' must be a count")
                 return {"notices": self._notices[since:], "next": len(self._notices)}
             if op == "world_size":
-                self._world_size = _count(request, "size")
+                size, members = _count(request, "size"), request.get("members")
+                if members is not None:
+                    self._add_fragment(_ranks(members, size))
+                self._world_size = size
                 return {}
             if op == "committed":
                 self._committed = max(self._committed, _count(request, "commit"))
                 return {}
         raise ChannelError("unknown request %r" % (op,))
+
+    def _add_fragment(self, members):
+        """A shrink's survivors. A later shrink of the same ranks replaces
+        their earlier report; disjoint reports are the fragments of a world
+        that ULFM split (each survivor suspected the others), and together
+        they are who is still alive."""
+        self._fragments = [f for f in self._fragments if not f & members] + [members]
+
+
+def _ranks(members, size):
+    if (not isinstance(members, list) or len(members) != size
+            or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in members)):
+        raise ChannelError("'members' must list the survivors' ranks")
+    return frozenset(members)
 
 
 def _count(request, name):

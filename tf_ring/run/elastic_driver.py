@@ -127,6 +127,13 @@ def shrunk_size(world):
     return control.world_size if control is not None else None
 
 
+def shrunk_survivors(world):
+    """The ranks the world's in-process shrinks kept, as the survivors
+    reported them; None when it never shrank."""
+    control = getattr(world, "control", None)
+    return control.survivors if control is not None else None
+
+
 def in_process(args):
     return getattr(args, "recovery", "restart") == "in-process"
 

@@ -100,7 +100,8 @@ def judge_world(rc, ended, end_order, silent, named_hosts, host_of, mpi_errors=(
     return rc, set(named_hosts) | {host_of(r) for r in list(silent) + killed}
 
 
-def judge_in_process_world(ended, end_order, silent, named_hosts, host_of, np=None, shrunk_to=None):
+def judge_in_process_world(ended, end_order, silent, named_hosts, host_of, np=None, shrunk_to=None,
+                           survivors=None):
     """(rc, lost hosts) for a world run with --recovery in-process, where
     survivors carry on after a rank dies and mpirun's own code says little.
 
@@ -115,7 +116,14 @@ def judge_in_process_world(ended, end_order, silent, named_hosts, host_of, np=No
     None when it never shrank) and `np` its size at the start. When as many
     ranks left with EXIT_HOSTS_UPDATED as the shrink kept, the leavers are
     exactly the survivors, so every other rank was lost, even one that went
-    silently (link down): its host is lost unless a survivor shares it."""
+    silently (link down): its host is lost unless a survivor shares it.
+
+    `survivors` (the ranks the shrinks kept, as their reports named them;
+    None when unknown) says the same without counting leavers: a rank no
+    shrink kept is lost, even when mpirun stopped a survivor before it said,
+    or when ULFM split the world into fragments that each found itself alone
+    (seen in CI: ranks 0 and 1 each shrank to a world of one after rank 2's
+    link went down; counting leavers blamed rank 0's healthy host)."""
     killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
     # When mpirun names the host it lost, the other silent ranks were only cut
     # off by its teardown (seen on the simulated hosts: a killed host's
@@ -131,7 +139,10 @@ def judge_in_process_world(ended, end_order, silent, named_hosts, host_of, np=No
         # the rest as soon as the first leaves, so the silent ones are not lost.
         lost = set(named_hosts) | {host_of(r) for r in killed}
         leavers = {r for r, (kind, code) in ended.items() if kind == "exit" and code == EXIT_HOSTS_UPDATED}
-        if shrunk_to is not None and np is not None and shrunk_to < np and len(leavers) == shrunk_to:
+        if survivors is not None and np is not None and len(survivors) < np:
+            kept = {host_of(r) for r in survivors}
+            lost |= {host_of(r) for r in range(np) if r not in survivors} - kept
+        elif shrunk_to is not None and np is not None and shrunk_to < np and len(leavers) == shrunk_to:
             kept = {host_of(r) for r in leavers}
             lost |= {host_of(r) for r in range(np) if r not in leavers} - kept
         return EXIT_HOSTS_UPDATED, lost

@@ -341,7 +341,8 @@ def _start_world(world, env, token, cleanup, listener, may_retry):
     if finished is not None:
         return elastic_plan.judge_in_process_world(
             dict(watch.ended), list(watch.end_order), watch.lost_ranks(), watch.lost_hosts_named(),
-            watch.host_of, world.np, elastic_driver.shrunk_size(world)), watch, rc
+            watch.host_of, world.np, elastic_driver.shrunk_size(world),
+            elastic_driver.shrunk_survivors(world)), watch, rc
     judged_rc, lost = elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
                                                watch.lost_ranks(), watch.lost_hosts_named(),
                                                watch.host_of, watch.mpi_error_ranks())
