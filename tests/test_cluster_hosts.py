@@ -1,6 +1,5 @@
 """tfringrun on clusters: host files, Slurm's compressed host lists, slot
 checks and the network flags, as parsed before anything starts."""
-import os
 
 import pytest
 

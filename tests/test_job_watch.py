@@ -8,7 +8,6 @@ import subprocess
 import threading
 import time
 
-import pytest
 
 from tf_ring.run import job_watch
 from tf_ring.run.job_watch import JobWatch

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tf_ring.run import check_build, launcher, session_dirs
+from tf_ring.run import check_build, launcher
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BASE = os.environ.get("TMPDIR") or "/tmp"  # where a plain mpirun keeps them

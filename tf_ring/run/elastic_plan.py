@@ -67,7 +67,6 @@ def judge_world(rc, ended, end_order, silent, named_hosts, host_of, mpi_errors=(
     left with EXIT_HOSTS_UPDATED, whatever the order of the reports.
     """
     killed = [r for r, (kind, code) in ended.items() if kind == "exit" and code >= 128]
-    first = next((ended[r][1] for r in end_order if ended[r][0] == "exit" and ended[r][1] != 0), None)
     consequences = set()
     # A rank that left for a relaunch closes its sockets as it goes; a peer
     # still in an MPI call may abort on that ("Socket closed", seen in CI)

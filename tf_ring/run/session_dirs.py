@@ -26,7 +26,6 @@ refused, naming it) before mpirun starts. On the other hosts the base is
 made by their prted, which tf_ring runs no code before: there the random
 token is the only protection (docs/security.md).
 """
-import os
 import shlex
 import shutil
 import sys
