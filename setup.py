@@ -281,6 +281,50 @@ def _tf_include(tf_compile):
 # --------------------------- end of the CUDA block --------------------------
 
 
+class ObjectCache:
+    """Object files kept by what made them (TF_RING_BUILD_CACHE=<dir>; off by
+    default). CI compiles the same sources against the same TensorFlow twice,
+    the editable install and then an isolated wheel from a copy of the tree:
+    the second build takes what the first compiled. The key is the compile
+    command with this tree's path taken out, salted with the compiler's
+    version, the TensorFlow and MPI the build found, and every file under
+    cc/ (a changed header misses everything)."""
+
+    def __init__(self, directory, cxx, found):
+        import hashlib
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        salt = hashlib.sha256()
+        salt.update(subprocess.run([cxx, "--version"], capture_output=True).stdout)
+        salt.update(json.dumps(found, sort_keys=True).encode())
+        for path in sorted(glob.glob(os.path.join(HERE, "cc", "**", "*"), recursive=True)):
+            if os.path.isfile(path):
+                salt.update(os.path.relpath(path, HERE).encode() + b"\0")
+                with open(path, "rb") as f:
+                    salt.update(f.read())
+        self.salt = salt.hexdigest()
+
+    def _path(self, cmd):
+        import hashlib
+        words = [w.replace(HERE, "@") for w in cmd if not w.endswith(".o")]
+        return os.path.join(self.directory, hashlib.sha256(
+            (self.salt + "\0".join(words)).encode()).hexdigest() + ".o")
+
+    def fetch(self, cmd, obj):
+        """True when `cmd`'s object was kept; it is copied to `obj`."""
+        kept = self._path(cmd)
+        if not os.path.exists(kept):
+            return False
+        shutil.copyfile(kept, obj)
+        return True
+
+    def keep(self, cmd, obj):
+        kept = self._path(cmd)
+        partial = "%s.%d.tmp" % (kept, os.getpid())
+        shutil.copyfile(obj, partial)
+        os.replace(partial, kept)  # whole or absent, for a build running beside this one
+
+
 class BuildTfRing(build_ext):
     """Compiles cc/ with g++ directly (two files at a time) into tf_ring/_tf_ring.so."""
 
@@ -329,6 +373,8 @@ class BuildTfRing(build_ext):
                   "-I" + os.path.join(HERE, "cc")] + mpi_compile
         python_compile = ["-O2", "-fvisibility=hidden", "-I" + environment["python_include"],
                           "-I" + _pybind11_include()]
+        cache = (ObjectCache(os.environ["TF_RING_BUILD_CACHE"], cxx, [tf_info, mpi_version, bool(gpu)])
+                 if os.environ.get("TF_RING_BUILD_CACHE") else None)
 
         def compile_one(src):
             obj = os.path.join(build_dir, os.path.relpath(src, HERE).replace(os.sep, "_") + ".o")
@@ -354,9 +400,13 @@ class BuildTfRing(build_ext):
             else:
                 extra = ["-O3"] + (gpu["engine_compile"] if gpu else [])
             cmd = [cxx, "-c", src, "-o", obj] + common + extra
+            if cache is not None and cache.fetch(cmd, obj):
+                return obj
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError("compiling %s failed:\n%s\n%s" % (src, " ".join(cmd), result.stderr))
+            if cache is not None:
+                cache.keep(cmd, obj)
             return obj
 
         jobs = int(os.environ.get("TF_RING_BUILD_JOBS", os.cpu_count() or 2))
