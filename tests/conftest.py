@@ -84,7 +84,9 @@ def run_parallel_pytest(path, np, timeout=600, env=None, extra=(), launcher_args
     """Runs one pytest file on every rank; fails with all ranks' output if any rank fails.
     `extra` goes to pytest (more files, options), `launcher_args` to tfringrun (hosts)."""
     result = run_under_launcher(
-        np, list(launcher_args) + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "python_files=mpi_*.py", "-x", path] + list(extra),
+        np, list(launcher_args) + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                   "-o", "addopts=", "-o", "python_files=mpi_*.py", "-x", path]
+        + list(extra),
         timeout=timeout, env=env)
     if result.returncode != 0:
         pytest.fail("%s failed under %d ranks (exit %d)\n--- stdout ---\n%s\n--- stderr ---\n%s"

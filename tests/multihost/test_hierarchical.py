@@ -22,7 +22,8 @@ PARALLEL_FILE = os.path.join(REPO, "tests", "multihost", "parallel", "mpi_hierar
 def run_file(launcher_args, placement, select=(), parallel_file=PARALLEL_FILE):
     """`placement` ("by_slot" or "round_robin") is checked by the ranks."""
     command = launcher_args + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "-o", "python_files=mpi_*.py", "-x", parallel_file] + list(select)
+                               "-o", "addopts=", "-o", "python_files=mpi_*.py", "-x",
+                               parallel_file] + list(select)
     result = run_under_launcher(4, command, timeout=900, env={"TF_RING_TEST_PLACEMENT": placement})
     assert result.returncode == 0, "exit %d\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
         result.returncode, result.stdout[-20000:], result.stderr[-8000:])
