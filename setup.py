@@ -449,10 +449,11 @@ setup(
     extras_require={
         # pyspark and ray run the Spark and Ray tests (a local cluster each, and
         # clusters on simulated hosts; Spark needs Java 17+); cloudpickle the
-        # hosted-job tests.
+        # hosted-job tests; pyarrow and pandas the KerasEstimator (Parquet
+        # shards, Spark's pandas UDFs).
         "test": ["pytest", "scikit-learn", "tf_keras", "matplotlib", "pyspark>=3.5",
-                 "ray>=2.50", "cloudpickle"],
-        "spark": ["pyspark>=3.5"],
+                 "ray>=2.50", "cloudpickle", "pyarrow>=14", "pandas>=2"],
+        "spark": ["pyspark>=3.5", "pyarrow>=14", "pandas>=2"],
         "ray": ["ray>=2.50"],
     },
     entry_points={"console_scripts": ["tfringrun = tf_ring.run.launcher:main"]},

@@ -198,8 +198,8 @@ def test_function_runs_on_every_rank_through_the_task_service(service, ranks, ca
 
 
 def test_importing_tf_ring_and_tf_ring_spark_leaves_pyspark_unimported():
-    probe = ("import sys, tf_ring, tf_ring.spark, tf_ring.hosted.job; "
-             "print('pyspark' in sys.modules)")
+    probe = ("import sys, tf_ring, tf_ring.spark, tf_ring.spark.keras, tf_ring.hosted.job; "
+             "print([m in sys.modules for m in ('pyspark', 'pyarrow', 'pandas')])")
     out = subprocess.run([sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True,
                          check=True, timeout=120).stdout
-    assert out.strip() == "False"
+    assert out.strip() == "[False, False, False]"

@@ -2,8 +2,10 @@
 stage, Keras 3 model.fit on 2 and 3 ranks from different random starts.
 The ranks' own weights (sent back as their return values) must be equal,
 and a rank that raises must fail both the call and the Spark job, naming
-it. The driver runs in its own process (tests/spark_jobs/digits_on_spark.py)
-so this one holds no JVM. Simulated hosts: tests/multihost/test_spark_hosts.py."""
+it. Then tf_ring.spark.keras.KerasEstimator fits and transforms a digits
+DataFrame on 2 and 3 ranks (tests/spark_jobs/estimator_runs.py). The
+driver runs in its own process (tests/spark_jobs/digits_on_spark.py) so
+this one holds no JVM. Simulated hosts: tests/multihost/test_spark_hosts.py."""
 import json
 import os
 import shutil
@@ -53,8 +55,10 @@ def check_failed_run(run, stderr):
 
 
 @pytest.fixture(scope="module")
-def local_cluster_runs():
-    return run_spark_driver("local-cluster[2,2,1024]", "2,3")
+def local_cluster_runs(tmp_path_factory):
+    store = str(tmp_path_factory.mktemp("estimator-store"))
+    return run_spark_driver("local-cluster[2,2,1024]", "2,3",
+                            extra=["--estimator", "2,3", "--store", store])
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
@@ -68,3 +72,23 @@ def test_keras_fit_on_a_local_cluster(local_cluster_runs, ranks):
 def test_a_failing_rank_fails_the_call_and_the_spark_job(local_cluster_runs):
     runs, stderr = local_cluster_runs
     check_failed_run(runs["fails"][0], stderr)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_keras_estimator_fits_and_transforms_a_dataframe(local_cluster_runs, ranks):
+    """KerasEstimator.fit on the digits DataFrame (pixels as an ML vector,
+    validation rows flagged by a column): each rank read its own Parquet
+    file, together every training row once, within a row of each other; the
+    ranks ended with equal weights (fit raises otherwise); the model learnt;
+    transform's predictions, made in Spark tasks, are the driver's own."""
+    runs, _ = local_cluster_runs
+    run = [r for r in runs["estimator"] if r["num_proc"] == ranks][0]
+    rows = run["rows_per_rank"]
+    assert len(rows) == ranks and sum(rows) == run["train_rows"], run
+    assert max(rows) - min(rows) <= 1, rows
+    assert all(run["epochs"].get(k) == 4 for k in ("loss", "accuracy", "val_loss",
+                                                   "val_accuracy")), run
+    assert run["loss_fell"], run
+    assert run["test_accuracy"] > 0.85, run
+    assert run["transform_rows"] == 300
+    assert run["transform_max_difference"] < 1e-5, run

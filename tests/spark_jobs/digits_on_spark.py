@@ -4,6 +4,7 @@ whose rank 1 raises, on the Spark master given; prints one JSON line per
 run for the test to check.
 
     python digits_on_spark.py MASTER RANKS[,RANKS...] [--driver-host ADDR] [--nics NET]
+                              [--estimator RANKS[,RANKS...] --store DIR]
 """
 import argparse
 import io
@@ -78,6 +79,9 @@ def main():
     parser.add_argument("--driver-host", default=None)
     parser.add_argument("--nics", default=None)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--estimator", default="",
+                        help="comma-separated rank counts, one KerasEstimator fit each")
+    parser.add_argument("--store", default=None, help="the estimator's store directory")
     args = parser.parse_args()
     # The executors' Python workers run this environment's Python, where tf_ring is.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -108,6 +112,11 @@ def main():
     except JobFailed as e:
         outcome = {"raised": str(e), "failed_ranks": sorted(e.errors)}
     print(json.dumps(dict(outcome, run="fails", seconds=time.time() - started)), flush=True)
+    for ranks in [int(r) for r in args.estimator.split(",") if r]:
+        import estimator_runs
+        started = time.time()
+        print(json.dumps(dict(estimator_runs.run_estimator(spark, ranks, args.store),
+                              seconds=time.time() - started)), flush=True)
     spark.stop()
 
 
