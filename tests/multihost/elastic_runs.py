@@ -4,6 +4,7 @@ happened, for tests/multihost/test_elastic_loss.py and
 benchmarks/elastic_recovery.py. Free of pytest."""
 import glob
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -51,10 +52,11 @@ def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB,
 
     def read(stream, name):
         for line in stream:
-            with lock:
-                lines.append((time.time(), name, line.rstrip("\n")))
-            if on_line is not None:
-                on_line(line)
+            for part in job_lines(line):
+                with lock:
+                    lines.append((time.time(), name, part))
+                if on_line is not None:
+                    on_line(part + "\n")
 
     readers = [threading.Thread(target=read, args=(s, n), daemon=True)
                for s, n in ((proc.stdout, "out"), (proc.stderr, "err"))]
@@ -69,6 +71,17 @@ def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB,
     for r in readers:
         r.join(5)
     return proc.returncode, lines
+
+
+# mpirun relays each rank's output as it comes, and a rank's line can lose
+# its end to another rank's (seen in CI: "STEP ... t=1795876859.030START
+# rank=1 size=2 ..."): the job's own lines are split apart again here.
+_JOB_LINE_START = re.compile(r"(?<=.)(?=(?:START|STEP|END) rank=)")
+
+
+def job_lines(line):
+    """`line` as the lines the ranks wrote (usually itself, without its newline)."""
+    return _JOB_LINE_START.split(line.rstrip("\n"))
 
 
 def text(lines, stream=None):
