@@ -45,7 +45,7 @@ def shaped(values, shape, name, role):
     values = np.asarray(values)
     if values.dtype == np.float64:
         values = values.astype(np.float32)
-    wanted = tuple(d for d in shape)
+    wanted = tuple(shape)
     if None in wanted or not wanted:
         return values
     if int(np.prod(values.shape[1:])) != int(np.prod(wanted)):
