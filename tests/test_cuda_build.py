@@ -110,6 +110,6 @@ def test_check_build_says_cpu_build(tmp_path):
 
 
 def test_nccl_built_follows_the_build_info():
-    from tf_ring import basics
+    from tf_ring.runtime import basics
     info = basics.build_info()
     assert basics.nccl_built() == (info.get("build") == "cuda")

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import tf_ring
-from tf_ring.optimizer_v1 import DistributedOptimizerV1
+from tf_ring.training.optimizer_v1 import DistributedOptimizerV1
 
 
 def test_v1_optimizer_gets_the_v1_wrapper():

@@ -103,4 +103,4 @@ def test_the_checker_finds_a_circle():
 
 def test_the_graph_sees_lazy_imports():
     graph = _graph()
-    assert "tf_ring.basics" in graph and graph["tf_ring.basics"]
+    assert "tf_ring.runtime.basics" in graph and graph["tf_ring.runtime.basics"]

@@ -16,7 +16,7 @@ from conftest import REPO
 LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3}) tf_ring rank (-?\d+) "
                   r"(TRACE|DEBUG|INFO|WARNING|ERROR)\] (.*)$")
 
-# Loads tf_ring/_logging.py alone: importing the tf_ring package would load
+# Loads tf_ring/runtime/_logging.py alone: importing the tf_ring package would load
 # TensorFlow, which this module must not need.
 EMIT_ALL = """
 import importlib.util, logging, sys
@@ -41,7 +41,7 @@ def emit_all(level=None, rank=None):
     if rank is not None:
         env["OMPI_COMM_WORLD_RANK"] = rank
     result = subprocess.run([sys.executable, "-c", EMIT_ALL,
-                             os.path.join(REPO, "tf_ring", "_logging.py")],
+                             os.path.join(REPO, "tf_ring", "runtime", "_logging.py")],
                             capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
@@ -84,7 +84,7 @@ def test_timestamp_is_a_wall_clock_time_of_day():
 
 def test_formatter_matches_the_engine_byte_for_byte():
     spec = importlib.util.spec_from_file_location(
-        "tf_ring_logging_under_test", os.path.join(REPO, "tf_ring", "_logging.py"))
+        "tf_ring_logging_under_test", os.path.join(REPO, "tf_ring", "runtime", "_logging.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     record = logging.LogRecord("tf_ring", logging.INFO, __file__, 1, "hello %s", ("x",), None)

@@ -76,7 +76,7 @@ def test_the_ops_and_the_python_module_share_one_engine():
     module: init() through the module starts the engine the ops submit to."""
     result = run_python("""
         import os, tensorflow as tf, tf_ring as hvd
-        from tf_ring import _library
+        from tf_ring.runtime import _library
         engine = _library.ENGINE
         assert engine.__name__ == "tf_ring._tf_ring", engine.__name__
         assert os.path.samefile(engine.__file__, _library.LIBRARY_PATH)
@@ -95,7 +95,7 @@ def test_the_ops_and_the_python_module_share_one_engine():
 
 
 def test_version_mismatch_refuses_with_rebuild_hint():
-    from tf_ring import _library
+    from tf_ring.runtime import _library
     with pytest.raises(ImportError) as info:
         _library._check_tensorflow_version({"tf_version": "0.0.1"})
     message = str(info.value)

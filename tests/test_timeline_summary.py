@@ -212,7 +212,7 @@ sys.modules["tf_ring"] = pkg
 import tf_ring.timeline.cli
 sys.argv = ["x", "summarize", sys.argv[2]]
 rc = tf_ring.timeline.cli.main()
-heavy = [m for m in ("tensorflow", "tf_ring._library", "numpy") if m in sys.modules]
+heavy = [m for m in ("tensorflow", "tf_ring.runtime._library", "numpy") if m in sys.modules]
 assert not heavy, heavy
 sys.exit(rc)
 """

@@ -23,7 +23,8 @@ import tensorflow as tf
 
 import kill_plan
 import tf_ring as hvd
-from tf_ring import basics, elastic
+from tf_ring.runtime import basics
+from tf_ring import elastic
 
 CASE = os.environ["REVIEW_CASE"]
 STEPS = 8

@@ -11,9 +11,8 @@ import tensorflow as tf
 import tf_ring
 import tf_ring.keras as hvd
 from keras_cases import (FEATURES, LR, PER_RANK_BATCH, RecordLearningRate, assert_same_on_all_ranks,
-                         assert_weights_close, global_data, make_model,
-                         make_partial_model, shard)
-from tf_ring.gradient_reduction import variable_key
+                         assert_weights_close, global_data, make_model, make_partial_model, shard)
+from tf_ring.training.gradient_reduction import variable_key
 
 # --- LearningRateWarmupCallback ---------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import tf_ring as hvd
-from tf_ring._library import OPS
+from tf_ring.runtime._library import OPS
 from helpers import all_inputs
 
 

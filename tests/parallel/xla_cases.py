@@ -298,7 +298,7 @@ def coefficients(shape, rank):
 
 def expected_grad(op, rows):
     """d/dx of sum(op(x) * coefficients(op(x).shape, rank)), from the rules in
-    tf_ring/_gradients.py: allgather averages and keeps its rows, reducescatter
+    tf_ring/collectives/_gradients.py: allgather averages and keeps its rows, reducescatter
     (Sum) gathers every block times the size, alltoall sends rows back."""
     size, me = hvd.size(), hvd.rank()
     if op.endswith("allgather"):

@@ -13,7 +13,7 @@ it. The processes, their graphs and memory stay.
 import os
 import sys
 
-from tf_ring import basics
+from tf_ring.runtime import basics
 
 ULFM_ENV = "TF_RING_ULFM"
 MIN_NP_ENV = "TF_RING_ELASTIC_MIN_NP"  # tfringrun --min-np
@@ -44,7 +44,7 @@ def shrink_and_restart():
     A rank lost while the survivors re-initialise makes them shrink again;
     what cannot be recovered in-process leaves for tfringrun's restart."""
     from mpi4py import MPI
-    from tf_ring import process_set as sets
+    from tf_ring.runtime import process_set as sets
     from tf_ring.elastic import restart
     global _next_set_id
     old = basics._engine_comm if basics._engine_comm is not None else MPI.COMM_WORLD
@@ -99,7 +99,7 @@ def _start_engine(shrunk, old, registered, dynamic):
     that stopped this rank, or None. The survivors agree after each half:
     the sets' registration is a collective of the new engine, which a rank
     whose engine did not start would never join."""
-    from tf_ring import process_set as sets
+    from tf_ring.runtime import process_set as sets
     failure = _attempt(lambda: basics.init(comm=shrunk,
                                            process_sets="dynamic" if dynamic else None))
     if not _everyone_started(shrunk, failure is None):

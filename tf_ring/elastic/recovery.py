@@ -9,7 +9,7 @@ docs/elastic.md.
 import functools
 import os
 
-from tf_ring import basics
+from tf_ring.runtime import basics
 from tf_ring.elastic import in_process, restart
 from tf_ring.elastic.errors import HorovodInternalError, HostsUpdatedInterrupt, ResetLimitError
 

@@ -54,7 +54,7 @@ def mirror_commit(snapshot_fn):
     if not directory:
         return
     _commits += 1
-    from tf_ring.basics import local_rank
+    from tf_ring.runtime.basics import local_rank
     if local_rank() != 0:
         return
     if _writer is None:
@@ -65,7 +65,7 @@ def mirror_commit(snapshot_fn):
 def _tell_launcher(snapshot):
     """Rank 0 reports each commit on disk (the launcher passes the newest
     number to the next world, which must find it or say so)."""
-    from tf_ring.basics import rank
+    from tf_ring.runtime.basics import rank
     client = control_client.from_environment()
     if client is not None and rank() == 0:
         client.report_commit(snapshot["commit"])
@@ -78,8 +78,8 @@ def take_mirror_once():
     if _mirror_taken or not state_dir():
         return None
     _mirror_taken = True
-    from tf_ring.basics import rank
-    from tf_ring.objects import allgather_object, broadcast_object
+    from tf_ring.runtime.basics import rank
+    from tf_ring.collectives.objects import allgather_object, broadcast_object
     found, problem = None, None
     try:
         found = load_mirror(state_dir(), _secret())
@@ -131,6 +131,6 @@ def finish():
         _writer.close()
         _writer = None
     directory = state_dir()
-    from tf_ring.basics import local_rank
+    from tf_ring.runtime.basics import local_rank
     if directory and local_rank() == 0:
         shutil.rmtree(directory, ignore_errors=True)

@@ -24,11 +24,11 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from tf_ring import ops
-from tf_ring.gradient_reduction import variable_key
+from tf_ring.collectives import ops
+from tf_ring.training.gradient_reduction import variable_key
 from tf_ring.keras import _xla
 from tf_ring.keras._reduce import reduce_gradients, to_dense
-from tf_ring.process_set import global_process_set
+from tf_ring.runtime.process_set import global_process_set
 
 
 def gradients_for_check(optimizer, grads, variables):

@@ -12,15 +12,15 @@ import functools
 
 import tensorflow as tf
 
-from tf_ring import ops
-from tf_ring.compression import Compression
-from tf_ring.gradient_reduction import predivide_scales, resolve_groups, variable_key
+from tf_ring.collectives import ops
+from tf_ring.collectives.compression import Compression
+from tf_ring.training.gradient_reduction import predivide_scales, resolve_groups, variable_key
 from tf_ring.keras import _flavor, _xla
 from tf_ring.keras._aggregation import LocalGradientAccumulator
 from tf_ring.keras._loss_scale import PreReduced, install_keras3_hook, tf_keras_aggregate
 from tf_ring.keras._reduce import reduce_gradients, to_dense
-from tf_ring.process_set import global_process_set, process_set_id_of
-from tf_ring.tape import local_layer_variables
+from tf_ring.runtime.process_set import global_process_set, process_set_id_of
+from tf_ring.training.tape import local_layer_variables
 
 
 class _Settings:

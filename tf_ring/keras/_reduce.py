@@ -1,11 +1,11 @@
 """Allreduce of a list of gradients, issued together so the engine can fuse them."""
 import tensorflow as tf
 
-from tf_ring import ops
-from tf_ring.gradient_reduction import variable_key
-from tf_ring.grouped import grouped_allreduce
+from tf_ring.collectives import ops
+from tf_ring.training.gradient_reduction import variable_key
+from tf_ring.collectives.grouped import grouped_allreduce
 from tf_ring.keras import _xla
-from tf_ring.process_set import global_process_set, runtime_size
+from tf_ring.runtime.process_set import global_process_set, runtime_size
 
 
 def to_dense(grad):

@@ -9,10 +9,10 @@ import pickle
 import numpy as np
 import tensorflow as tf
 
-from tf_ring._eager_names import eager_name
-from tf_ring.basics import rank
-from tf_ring.ops import allgather, broadcast
-from tf_ring.process_set import global_process_set
+from tf_ring.collectives._eager_names import eager_name
+from tf_ring.runtime.basics import rank
+from tf_ring.collectives.ops import allgather, broadcast
+from tf_ring.runtime.process_set import global_process_set
 
 try:
     import cloudpickle as _pickler

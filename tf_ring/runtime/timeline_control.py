@@ -2,8 +2,8 @@
 --timeline-filename and TF_RING_TIMELINE start it at init() instead)."""
 import os
 
-from tf_ring._library import ENGINE
-from tf_ring._logging import get_logger
+from tf_ring.runtime._library import ENGINE
+from tf_ring.runtime._logging import get_logger
 
 
 def start_timeline(path, mark_cycles=False):

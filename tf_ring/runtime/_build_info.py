@@ -2,7 +2,11 @@
 import json
 import os
 
-PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_build_info.json")
+# The built files (_tf_ring.so, _build_info.json) sit at the package's top,
+# where setup.py puts them; this module lives one folder below.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATH = os.path.join(PACKAGE_DIR, "_build_info.json")
+LIBRARY_PATH = os.path.join(PACKAGE_DIR, "_tf_ring.so")
 
 
 def tf_ring_version():

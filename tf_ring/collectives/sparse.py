@@ -7,9 +7,9 @@ TensorFlow's true division as in Horovod: integer values give a float result.
 """
 import tensorflow as tf
 
-from tf_ring._allgather_op import allgather
-from tf_ring._op_common import _REDUCE_OP_NAMES, Average, Sum
-from tf_ring.process_set import runtime_size
+from tf_ring.collectives._allgather_op import allgather
+from tf_ring.collectives._op_common import REDUCE_OP_NAMES, Average, Sum
+from tf_ring.runtime.process_set import runtime_size
 
 
 def allreduce_indexed_slices(slices, op=Average, name=None, prescale_factor=1.0,
@@ -19,7 +19,7 @@ def allreduce_indexed_slices(slices, op=Average, name=None, prescale_factor=1.0,
         raise NotImplementedError(
             "%s supports only op=Sum or op=Average, not %s; densify the gradient "
             "(tf.convert_to_tensor, or sparse_as_dense=True) for other ops."
-            % (what, _REDUCE_OP_NAMES.get(op, op)))
+            % (what, REDUCE_OP_NAMES.get(op, op)))
     if prescale_factor != 1.0 or postscale_factor != 1.0:
         raise NotImplementedError(
             "%s does not support prescale_factor or postscale_factor; scale the values "

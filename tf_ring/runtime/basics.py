@@ -1,12 +1,12 @@
 """Lifecycle and topology: init, shutdown, rank, size and friends."""
 import atexit
 
-from tf_ring import process_set as _process_set
-from tf_ring._library import ENGINE, build_info
-from tf_ring._logging import get_logger
-from tf_ring.topology import (NotInitializedError, _topology, cross_rank, cross_size,
-                              is_homogeneous, is_initialized, local_rank, local_size, rank,
-                              size)
+from tf_ring.runtime import process_set as _process_set
+from tf_ring.runtime._library import ENGINE, build_info
+from tf_ring.runtime._logging import get_logger
+from tf_ring.runtime.topology import (NotInitializedError, _topology, cross_rank, cross_size,
+                                      is_homogeneous, is_initialized, local_rank, local_size, rank,
+                                      size)
 
 _atexit_registered = False
 _engine_comm = None  # the mpi4py communicator the engine runs on; None: MPI_COMM_WORLD

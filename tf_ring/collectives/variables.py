@@ -2,9 +2,9 @@
 broadcast_ (in place, returning the new values) and broadcast_global_variables."""
 import tensorflow as tf
 
-from tf_ring._eager_names import eager_name
-from tf_ring.ops import broadcast
-from tf_ring.process_set import global_process_set
+from tf_ring.collectives._eager_names import eager_name
+from tf_ring.collectives.ops import broadcast
+from tf_ring.runtime.process_set import global_process_set
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set):

@@ -1,8 +1,8 @@
 """SessionRunHook for tf.compat.v1 MonitoredTrainingSession and Estimator."""
 import tensorflow as tf
 
-from tf_ring.process_set import global_process_set
-from tf_ring.variables import broadcast_variables
+from tf_ring.runtime.process_set import global_process_set
+from tf_ring.collectives.variables import broadcast_variables
 
 
 class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):

@@ -7,7 +7,8 @@ import weakref
 
 import tensorflow as tf
 
-from tf_ring._eager_names import eager_name
+from tf_ring.collectives._eager_names import eager_name
+from tf_ring.runtime.topology import is_initialized, size
 
 # Reduce ops; values match the engine's wire format.
 Sum = 0
@@ -16,7 +17,7 @@ Min = 2
 Max = 3
 Product = 4
 Adasum = 5
-_REDUCE_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product",
+REDUCE_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product",
                     Adasum: "Adasum"}
 ADASUM_DTYPES = (tf.float16, tf.float32, tf.float64)
 
@@ -25,12 +26,12 @@ REDUCE_DTYPES = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.
 MOVE_DTYPES = REDUCE_DTYPES + (tf.bool,)
 
 
-def _normalize_name(name):
+def normalize_name(name):
     """Node-name-safe version of a user or tensor name."""
     return re.sub(r"[^a-zA-Z0-9_./-]", "_", name)
 
 
-def _auto_name(prefix, tensor, name):
+def auto_name(prefix, tensor, name):
     """The name that identifies this tensor to every rank.
 
     In graphs (tf.function, v1) the tensor's own name is stable and identical
@@ -38,9 +39,9 @@ def _auto_name(prefix, tensor, name):
     op and the calling thread stand in (see _eager_names).
     """
     if tf.executing_eagerly():
-        return _normalize_name(name) if name else eager_name(prefix)
-    base = _normalize_name(name) if name else "%s_%s" % (prefix, _normalize_name(tensor.name))
-    return _unique_in_graph(base)
+        return normalize_name(name) if name else eager_name(prefix)
+    base = normalize_name(name) if name else "%s_%s" % (prefix, normalize_name(tensor.name))
+    return unique_in_graph(base)
 
 
 # Collective names handed out in each graph. As TF does with node names (and
@@ -51,7 +52,7 @@ def _auto_name(prefix, tensor, name):
 _GRAPH_NAMES = weakref.WeakKeyDictionary()
 
 
-def _unique_in_graph(base):
+def unique_in_graph(base):
     used = _GRAPH_NAMES.setdefault(tf.compat.v1.get_default_graph(), set())
     candidate, suffix = base, 0
     while candidate in used:
@@ -67,7 +68,7 @@ def _unique_in_graph(base):
 _ALLOWED_ENUMS = {}
 
 
-def _check_dtype(what, tensor, allowed, name):
+def check_dtype(what, tensor, allowed, name):
     enums = _ALLOWED_ENUMS.get(id(allowed))
     if enums is None:
         enums = _ALLOWED_ENUMS[id(allowed)] = (allowed, frozenset(d.as_datatype_enum for d in allowed))
@@ -79,7 +80,7 @@ def _check_dtype(what, tensor, allowed, name):
                ", ".join(d.name for d in allowed)))
 
 
-def _as_tensor(tensor, what, name):
+def as_tensor(tensor, what, name):
     if isinstance(tensor, tf.Tensor):
         return tensor  # what convert_to_tensor returns, without its dispatch (1.5 us)
     try:
@@ -87,3 +88,40 @@ def _as_tensor(tensor, what, name):
     except (TypeError, ValueError) as e:
         raise TypeError("tf_ring.%s of '%s': cannot convert %r to a tensor: %s"
                         % (what, name, type(tensor).__name__, e)) from e
+
+
+def resolve_op(what, op, average):
+    """Horovod's rule for the deprecated `average`: it maps to Average/Sum,
+    with a DeprecationWarning, and may not be combined with `op`."""
+    if average is not None:
+        if op is not None:
+            raise ValueError("tf_ring.%s: the op parameter supersedes average; pass only one of "
+                             "them (op=tf_ring.Average or op=tf_ring.Sum)." % what)
+        import warnings
+        warnings.warn("tf_ring.%s: `average` is deprecated (as in Horovod); use op=tf_ring.Average "
+                      "or op=tf_ring.Sum instead." % what, DeprecationWarning, stacklevel=3)
+        op = Average if average else Sum
+    if op is None:
+        op = Average
+    if op not in REDUCE_OP_NAMES:
+        raise ValueError("tf_ring.%s: unknown op %r; use one of tf_ring.%s"
+                         % (what, op, ", tf_ring.".join(REDUCE_OP_NAMES.values())))
+    return op
+
+
+def check_adasum(what, tensor, name):
+    """Adasum's rules, as in Horovod: float16/32/64, and on the CPU a
+    power-of-two number of ranks (NotImplementedError otherwise). Before
+    init() the size is unknown; the coordinator checks it again at run time."""
+    check_dtype(what + " with op=Adasum", tensor, ADASUM_DTYPES, name)
+    if is_initialized() and size() & (size() - 1):
+        raise NotImplementedError(
+            "tf_ring.%s of '%s' with op=Adasum: Adasum on the CPU needs a power-of-two number "
+            "of ranks (2, 4, 8...), and this job has %d. Use op=tf_ring.Average or Sum, or run "
+            "on a power-of-two number of ranks."
+            % (what, name or getattr(tensor, "name", "unnamed"), size()))
+
+
+def compressor(compression):
+    from tf_ring.collectives.compression import Compression
+    return Compression.none if compression is None else compression

@@ -10,9 +10,8 @@ import os
 
 import tensorflow as tf
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-LIBRARY_PATH = os.path.join(_HERE, "_tf_ring.so")
-BUILD_INFO_PATH = os.path.join(_HERE, "_build_info.json")
+from tf_ring.runtime._build_info import LIBRARY_PATH, PATH as BUILD_INFO_PATH
+
 REBUILD_HINT = ("Rebuild tf_ring against the TensorFlow in this environment: "
                 "pip install --no-build-isolation --force-reinstall --no-deps .  "
                 "(from the tf_ring source tree)")

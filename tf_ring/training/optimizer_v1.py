@@ -1,11 +1,11 @@
 """DistributedOptimizer for tf.compat.v1.train optimizers (graph mode)."""
 import tensorflow as tf
 
-from tf_ring.compression import Compression
-from tf_ring.gradient_reduction import (predivide_scales, reduce_except_local, resolve_groups,
-                                        variable_key)
-from tf_ring.ops import Average
-from tf_ring.process_set import global_process_set, process_set_id_of
+from tf_ring.collectives.compression import Compression
+from tf_ring.training.gradient_reduction import (predivide_scales, reduce_except_local,
+                                                 resolve_groups, variable_key)
+from tf_ring.collectives.ops import Average
+from tf_ring.runtime.process_set import global_process_set, process_set_id_of
 
 
 class DistributedOptimizerV1(tf.compat.v1.train.Optimizer):

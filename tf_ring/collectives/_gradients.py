@@ -1,9 +1,10 @@
 """Gradients of the collectives, registered with Horovod's conventions."""
 import tensorflow as tf
 
-from tf_ring import ops as _ops
-from tf_ring.basics import rank
-from tf_ring.process_set import process_set_by_id, runtime_size
+from tf_ring.collectives import ops as _ops
+from tf_ring.collectives._op_common import REDUCE_OP_NAMES
+from tf_ring.runtime.basics import rank
+from tf_ring.runtime.process_set import process_set_by_id, runtime_size
 
 
 def _process_set(op):
@@ -48,7 +49,7 @@ def _broadcast_grad(op, grad):
 @tf.RegisterGradient("TfRingGroupedAllreduce")
 def _grouped_allreduce_grad(op, *grads):
     # Like allreduce, member by member, and again as one group.
-    from tf_ring.grouped import grouped_allreduce
+    from tf_ring.collectives.grouped import grouped_allreduce
     grads = [tf.zeros_like(x) if g is None else g for g, x in zip(grads, op.inputs)]
     return grouped_allreduce(grads, op=op.get_attr("reduce_op"),
                              prescale_factor=op.get_attr("prescale_factor"),
@@ -59,7 +60,7 @@ def _grouped_allreduce_grad(op, *grads):
 @tf.RegisterGradient("TfRingAlltoall")
 def _alltoall_grad(op, grad, _received_splits_grad):
     # Send every received row's gradient back to the rank it came from.
-    from tf_ring.exchange import alltoall
+    from tf_ring.collectives.exchange import alltoall
     returned, _ = alltoall(grad, splits=op.outputs[1], process_set=_process_set(op))
     return [returned, None]
 
@@ -71,7 +72,7 @@ def _reducescatter_grad_factor(op, what, process_set):
     reduce_op = op.get_attr("reduce_op")
     if reduce_op not in (_ops.Sum, _ops.Average):
         raise NotImplementedError("the gradient of %s is defined for Sum and Average only, not %s"
-                                  % (what, _ops._REDUCE_OP_NAMES[reduce_op]))
+                                  % (what, REDUCE_OP_NAMES[reduce_op]))
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if reduce_op == _ops.Sum:
         # The size when the gradient runs, so a traced step stays right after a shrink.
@@ -140,7 +141,7 @@ def _reducescatter_grad(op, grad):
 def _grouped_allgather_grad(op, *grads):
     # allgather's gradient member by member, in two grouped collectives: the
     # averaged gradients, then every rank's row counts to find this rank's rows.
-    from tf_ring.grouped import grouped_allgather, grouped_allreduce
+    from tf_ring.collectives.grouped import grouped_allgather, grouped_allreduce
     grads = [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]
     process_set = _process_set(op)
     reduced = grouped_allreduce(grads, op=_ops.Average, process_set=process_set)
@@ -158,7 +159,7 @@ def _grouped_allgather_grad(op, *grads):
 @tf.RegisterGradient("TfRingGroupedReducescatter")
 def _grouped_reducescatter_grad(op, *grads):
     # reducescatter's gradient member by member, gathered as one group.
-    from tf_ring.grouped import grouped_allgather
+    from tf_ring.collectives.grouped import grouped_allgather
     process_set = _process_set(op)
     factor = _reducescatter_grad_factor(op, "grouped_reducescatter", process_set)
     grads = [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]

@@ -5,10 +5,10 @@ import warnings
 
 import tensorflow as tf
 
-from tf_ring.compression import Compression
-from tf_ring.grouped import grouped_allreduce
-from tf_ring.ops import Average
-from tf_ring.process_set import global_process_set, runtime_size
+from tf_ring.collectives.compression import Compression
+from tf_ring.collectives.grouped import grouped_allreduce
+from tf_ring.collectives.ops import Average
+from tf_ring.runtime.process_set import global_process_set, runtime_size
 
 
 def _split_into_groups(items, num_groups):

@@ -1,8 +1,8 @@
 """join(): training with a different number of batches on each rank."""
 import tensorflow as tf
 
-from tf_ring._library import OPS
-from tf_ring.process_set import global_process_set, process_set_id_of
+from tf_ring.runtime._library import OPS
+from tf_ring.runtime.process_set import global_process_set, process_set_id_of
 
 
 def join(device="", process_set=global_process_set):

@@ -2,12 +2,12 @@
 collective fuses) for a list of tensors."""
 import tensorflow as tf
 
-from tf_ring._eager_names import eager_name
-from tf_ring._library import OPS
-from tf_ring.compression import Compression
-from tf_ring.process_set import global_process_set, process_set_id_of
-from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, _as_tensor, _check_adasum,
-                         _check_dtype, _normalize_name, _resolve_op)
+from tf_ring.collectives._eager_names import eager_name
+from tf_ring.runtime._library import OPS
+from tf_ring.collectives.compression import Compression
+from tf_ring.runtime.process_set import global_process_set, process_set_id_of
+from tf_ring.collectives._op_common import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, as_tensor,
+                                            check_adasum, check_dtype, normalize_name, resolve_op)
 
 
 def _group_name(name, what="grouped_allreduce"):
@@ -15,7 +15,7 @@ def _group_name(name, what="grouped_allreduce"):
     _eager_names); in graphs an empty name lets the kernel use its unique
     node name."""
     if name:
-        return _normalize_name(name)
+        return normalize_name(name)
     return eager_name(what) if tf.executing_eagerly() else ""
 
 
@@ -31,7 +31,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     Horovod's deprecated arguments behave as in tf_ring.allreduce; `name`
     (a tf_ring addition) names the group.
     """
-    op = _resolve_op("grouped_allreduce", op, average)
+    op = resolve_op("grouped_allreduce", op, average)
     set_id = process_set_id_of(process_set, "grouped_allreduce")
     compression = compression or Compression.none
     tensors = list(tensors)
@@ -40,16 +40,16 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     dense_positions, dense, contexts = [], [], []
     for i, tensor in enumerate(tensors):
         if isinstance(tensor, tf.IndexedSlices):
-            from tf_ring.sparse import allreduce_indexed_slices
+            from tf_ring.collectives.sparse import allreduce_indexed_slices
             results[i] = allreduce_indexed_slices(
                 tensor, op=op, name=group and "%s.sparse%d" % (group, i),
                 prescale_factor=prescale_factor, postscale_factor=postscale_factor,
                 compression=compression, process_set=process_set)
             continue
-        tensor = _as_tensor(tensor, "grouped_allreduce", name)
-        _check_dtype("grouped_allreduce", tensor, REDUCE_DTYPES, name)
+        tensor = as_tensor(tensor, "grouped_allreduce", name)
+        check_dtype("grouped_allreduce", tensor, REDUCE_DTYPES, name)
         if op == Adasum:
-            _check_adasum("grouped_allreduce", tensor, name)
+            check_adasum("grouped_allreduce", tensor, name)
         compressed, ctx = compression.compress(tensor)
         dense_positions.append(i)
         dense.append(compressed)
@@ -69,9 +69,9 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     """Allgathers every tensor of `tensors` (see tf_ring.allgather) in one
     negotiation; returns a list in the same order. ignore_name_scope does nothing."""
     set_id = process_set_id_of(process_set, "grouped_allgather")
-    tensors = [_as_tensor(t, "grouped_allgather", name) for t in tensors]
+    tensors = [as_tensor(t, "grouped_allgather", name) for t in tensors]
     for t in tensors:
-        _check_dtype("grouped_allgather", t, MOVE_DTYPES, name)
+        check_dtype("grouped_allgather", t, MOVE_DTYPES, name)
     if not tensors:
         return []
     return list(OPS.tf_ring_grouped_allgather(
@@ -85,16 +85,16 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     """Reducescatters every tensor of `tensors` (see tf_ring.reducescatter) in
     one negotiation; returns a list in the same order. device_dense does
     nothing on this build; `name` (a tf_ring addition) names the group."""
-    op = _resolve_op("grouped_reducescatter", op, None)
+    op = resolve_op("grouped_reducescatter", op, None)
     set_id = process_set_id_of(process_set, "grouped_reducescatter")
     if op == Adasum:
         raise NotImplementedError("tf_ring.grouped_reducescatter: Adasum is a reduce op for "
                                   "allreduce only.")
     compression = compression or Compression.none
-    tensors = [_as_tensor(t, "grouped_reducescatter", name) for t in tensors]
+    tensors = [as_tensor(t, "grouped_reducescatter", name) for t in tensors]
     compressed, contexts = [], []
     for t in tensors:
-        _check_dtype("grouped_reducescatter", t, REDUCE_DTYPES, name)
+        check_dtype("grouped_reducescatter", t, REDUCE_DTYPES, name)
         c, ctx = compression.compress(t)
         compressed.append(c)
         contexts.append(ctx)

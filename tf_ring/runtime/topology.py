@@ -1,7 +1,7 @@
 """Where this process sits in the job: rank, size and the host layout,
 read from the running engine. The lowest Python layer above the library:
 basics, process sets and the ops all read it, and it imports none of them."""
-from tf_ring._library import ENGINE
+from tf_ring.runtime._library import ENGINE
 
 
 class NotInitializedError(ValueError):

@@ -3,10 +3,10 @@ and barrier(). A v1 graph built before init() gives the right values when it
 runs after init()."""
 import tensorflow as tf
 
-from tf_ring._eager_names import eager_name
-from tf_ring._library import OPS
-from tf_ring.ops import _normalize_name
-from tf_ring.process_set import global_process_set, process_set_id_of
+from tf_ring.collectives._eager_names import eager_name
+from tf_ring.runtime._library import OPS
+from tf_ring.collectives._op_common import normalize_name
+from tf_ring.runtime.process_set import global_process_set, process_set_id_of
 
 
 def rank_op(name=None):
@@ -46,7 +46,7 @@ def barrier(name=None, process_set=global_process_set):
     """
     set_id = process_set_id_of(process_set, "barrier")
     if name:
-        tensor_name = _normalize_name(name)
+        tensor_name = normalize_name(name)
     else:
         tensor_name = eager_name("barrier") if tf.executing_eagerly() else ""
     return OPS.tf_ring_barrier(tensor_name=tensor_name, process_set_id=set_id)

@@ -5,8 +5,8 @@ response cache and fusion batches), so sets whose members differ work
 independently; see docs/process-sets.md.
 """
 
-from tf_ring._library import ENGINE
-from tf_ring.topology import rank, size
+from tf_ring.runtime._library import ENGINE
+from tf_ring.runtime.topology import rank, size
 
 _DYNAMIC_ENV = "TF_RING_DYNAMIC_PROCESS_SETS"
 _dynamic = False          # set by init(process_sets="dynamic") or rank 0's variable
@@ -234,7 +234,7 @@ def runtime_size(process_set, dtype):
     if tf.executing_eagerly() or control_flow_util.GraphOrParentsInXlaContext(
             tf.compat.v1.get_default_graph()):
         return tf.cast(process_set.size(), dtype)
-    from tf_ring._library import OPS
+    from tf_ring.runtime._library import OPS
     size = OPS.tf_ring_topology(which="size",
                                 process_set_id=process_set_id_of(process_set, "size"))
     return tf.cast(size, dtype)

@@ -1,10 +1,10 @@
 """alltoall and reducescatter: collectives whose result shape depends on all ranks."""
 import tensorflow as tf
 
-from tf_ring._library import OPS
-from tf_ring.process_set import global_process_set, process_set_id_of
-from tf_ring.ops import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, _as_tensor, _auto_name,
-                         _check_dtype, _compressor, _resolve_op)
+from tf_ring.runtime._library import OPS
+from tf_ring.runtime.process_set import global_process_set, process_set_id_of
+from tf_ring.collectives._op_common import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, as_tensor,
+                                            auto_name, check_dtype, compressor, resolve_op)
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -19,15 +19,15 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     process_set: exchange among that set's ranks (splits has one entry per member).
     """
     set_id = process_set_id_of(process_set, "alltoall")
-    tensor = _as_tensor(tensor, "alltoall", name)
-    _check_dtype("alltoall", tensor, MOVE_DTYPES, name)
+    tensor = as_tensor(tensor, "alltoall", name)
+    check_dtype("alltoall", tensor, MOVE_DTYPES, name)
     if splits is None:
         received, _ = OPS.tf_ring_alltoall(tensor, tf.zeros([0], tf.int32),
-                                           tensor_name=_auto_name("alltoall", tensor, name),
+                                           tensor_name=auto_name("alltoall", tensor, name),
                                            process_set_id=set_id, eager=tf.executing_eagerly())
         return received
     splits = tf.reshape(tf.cast(splits, tf.int32), [-1])
-    return OPS.tf_ring_alltoall(tensor, splits, tensor_name=_auto_name("alltoall", tensor, name),
+    return OPS.tf_ring_alltoall(tensor, splits, tensor_name=auto_name("alltoall", tensor, name),
                                 process_set_id=set_id, eager=tf.executing_eagerly())
 
 
@@ -41,17 +41,17 @@ def reducescatter(tensor, device_dense="", compression=None, op=Average, name=No
     device_dense and ignore_name_scope are accepted for Horovod code and do
     nothing on this build. process_set: reduce and split among that set's ranks.
     """
-    op = _resolve_op("reducescatter", op, None)
+    op = resolve_op("reducescatter", op, None)
     set_id = process_set_id_of(process_set, "reducescatter")
     if op == Adasum:
         raise NotImplementedError("tf_ring.reducescatter: Adasum is a reduce op for allreduce "
                                   "only.")
-    tensor = _as_tensor(tensor, "reducescatter", name)
-    _check_dtype("reducescatter", tensor, REDUCE_DTYPES, name)
-    compression = _compressor(compression)
+    tensor = as_tensor(tensor, "reducescatter", name)
+    check_dtype("reducescatter", tensor, REDUCE_DTYPES, name)
+    compression = compressor(compression)
     compressed, ctx = compression.compress(tensor)
     reduced = OPS.tf_ring_reducescatter(
         compressed, reduce_op=op, prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, tensor_name=_auto_name("reducescatter", tensor, name),
+        postscale_factor=postscale_factor, tensor_name=auto_name("reducescatter", tensor, name),
         process_set_id=set_id, eager=tf.executing_eagerly())
     return compression.decompress(reduced, ctx)

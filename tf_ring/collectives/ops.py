@@ -1,16 +1,14 @@
 """The collectives as TensorFlow ops, usable in eager, tf.function and v1 graphs."""
 import tensorflow as tf
 
-from tf_ring._allgather_op import allgather
-from tf_ring._eager_names import eager_name
-from tf_ring._library import OPS
-# Other modules import the shared names through ops, as before the split.
-from tf_ring._op_common import (  # noqa: F401
-    ADASUM_DTYPES, MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, Max, Min, Product, Sum,
-    _REDUCE_OP_NAMES, _as_tensor, _auto_name, _check_dtype, _normalize_name, _unique_in_graph)
-from tf_ring.process_set import global_process_set, process_set_id_of
-from tf_ring.sparse import allreduce_indexed_slices
-from tf_ring.topology import is_initialized, size
+from tf_ring.collectives._allgather_op import allgather
+from tf_ring.collectives._eager_names import eager_name
+from tf_ring.runtime._library import OPS
+from tf_ring.collectives._op_common import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, Max, Min,
+                                            Product, Sum, as_tensor, auto_name, check_adasum,
+                                            check_dtype, resolve_op)
+from tf_ring.runtime.process_set import global_process_set, process_set_id_of
+from tf_ring.collectives.sparse import allreduce_indexed_slices
 
 _EAGER_TENSOR = type(tf.constant(0))  # TensorFlow's EagerTensor class, not exported
 # op= values the fast path takes, and what each means (None: the default, Average).
@@ -20,43 +18,6 @@ _REDUCE_ENUMS = frozenset(d.as_datatype_enum for d in REDUCE_DTYPES)
 
 __all__ = ["Sum", "Average", "Min", "Max", "Product", "Adasum", "allreduce", "allgather",
            "broadcast"]
-
-
-def _resolve_op(what, op, average):
-    """Horovod's rule for the deprecated `average`: it maps to Average/Sum,
-    with a DeprecationWarning, and may not be combined with `op`."""
-    if average is not None:
-        if op is not None:
-            raise ValueError("tf_ring.%s: the op parameter supersedes average; pass only one of "
-                             "them (op=tf_ring.Average or op=tf_ring.Sum)." % what)
-        import warnings
-        warnings.warn("tf_ring.%s: `average` is deprecated (as in Horovod); use op=tf_ring.Average "
-                      "or op=tf_ring.Sum instead." % what, DeprecationWarning, stacklevel=3)
-        op = Average if average else Sum
-    if op is None:
-        op = Average
-    if op not in _REDUCE_OP_NAMES:
-        raise ValueError("tf_ring.%s: unknown op %r; use one of tf_ring.%s"
-                         % (what, op, ", tf_ring.".join(_REDUCE_OP_NAMES.values())))
-    return op
-
-
-def _check_adasum(what, tensor, name):
-    """Adasum's rules, as in Horovod: float16/32/64, and on the CPU a
-    power-of-two number of ranks (NotImplementedError otherwise). Before
-    init() the size is unknown; the coordinator checks it again at run time."""
-    _check_dtype(what + " with op=Adasum", tensor, ADASUM_DTYPES, name)
-    if is_initialized() and size() & (size() - 1):
-        raise NotImplementedError(
-            "tf_ring.%s of '%s' with op=Adasum: Adasum on the CPU needs a power-of-two number "
-            "of ranks (2, 4, 8...), and this job has %d. Use op=tf_ring.Average or Sum, or run "
-            "on a power-of-two number of ranks."
-            % (what, name or getattr(tensor, "name", "unnamed"), size()))
-
-
-def _compressor(compression):
-    from tf_ring.compression import Compression
-    return Compression.none if compression is None else compression
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
@@ -83,17 +44,17 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         return OPS.tf_ring_allreduce(tensor, reduce_op=_PLAIN_OPS[op], prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor,
                                      tensor_name=eager_name("allreduce"), process_set_id=0, eager=True)
-    op = _resolve_op("allreduce", op, average)
+    op = resolve_op("allreduce", op, average)
     set_id = process_set_id_of(process_set, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
         return allreduce_indexed_slices(tensor, op=op, name=name, prescale_factor=prescale_factor,
                                         postscale_factor=postscale_factor, compression=compression,
                                         process_set=process_set)
-    tensor = _as_tensor(tensor, "allreduce", name)
-    _check_dtype("allreduce", tensor, REDUCE_DTYPES, name)
+    tensor = as_tensor(tensor, "allreduce", name)
+    check_dtype("allreduce", tensor, REDUCE_DTYPES, name)
     if op == Adasum:
-        _check_adasum("allreduce", tensor, name)
-    tensor_name = _auto_name("allreduce", tensor, name)
+        check_adasum("allreduce", tensor, name)
+    tensor_name = auto_name("allreduce", tensor, name)
     if compression is None:  # the common case, without the no-op compressor's calls
         return OPS.tf_ring_allreduce(
             tensor, reduce_op=op, prescale_factor=prescale_factor,
@@ -115,9 +76,9 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     global rank, and must be one of the set's.
     """
     set_id = process_set_id_of(process_set, "broadcast")
-    tensor = _as_tensor(tensor, "broadcast", name)
-    _check_dtype("broadcast", tensor, MOVE_DTYPES, name)
+    tensor = as_tensor(tensor, "broadcast", name)
+    check_dtype("broadcast", tensor, MOVE_DTYPES, name)
     return OPS.tf_ring_broadcast(tensor, root_rank=int(root_rank),
-                                 tensor_name=_auto_name("broadcast", tensor, name),
+                                 tensor_name=auto_name("broadcast", tensor, name),
                                  process_set_id=set_id, eager=tf.executing_eagerly())
 
