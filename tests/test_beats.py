@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+from tf_ring.plumbing import env_names
 from tf_ring.run import beats, job_watch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +25,7 @@ def wait_for(predicate, timeout=10.0):
 
 
 def send(datagram, listener):
-    port = int(listener.environment()[beats.TARGETS_ENV].rpartition(":")[2])
+    port = int(listener.environment()[env_names.BEAT_TO].rpartition(":")[2])
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.sendto(datagram, ("127.0.0.1", port))
 

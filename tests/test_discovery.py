@@ -2,7 +2,7 @@
 the blacklist's cooldown (a fake clock, so no sleeping)."""
 import pytest
 
-from tf_ring.run.discovery import Blacklist, DiscoveryError, parse_hosts, run_discovery
+from tf_ring.elastic_driver.discovery import Blacklist, DiscoveryError, parse_hosts, run_discovery
 
 
 def test_parse_hosts_and_slots_in_printed_order():
@@ -78,8 +78,8 @@ def test_blacklist_bad_range():
 
 # --- the driver's plan for the next world ----------------------------------------
 
-from tf_ring.run.elastic_plan import (BelowMinimum, added_slots, hosts_argument,  # noqa: E402
-                                      plan_world)
+from tf_ring.elastic_driver.elastic_plan import (BelowMinimum, added_slots, hosts_argument,  # noqa: E402
+                                                 plan_world)
 
 
 def test_plan_caps_at_max_np_and_puts_survivors_first():
@@ -111,7 +111,8 @@ def test_added_slots_sees_new_hosts_and_slots_but_not_blacklisted():
 
 # --- what one world's end means ------------------------------------------------
 
-from tf_ring.run.elastic_plan import EXIT_HOSTS_UPDATED, judge_world  # noqa: E402
+from tf_ring.elastic_driver.elastic_plan import judge_world  # noqa: E402
+from tf_ring.plumbing.env_names import EXIT_HOSTS_UPDATED  # noqa: E402
 
 HOSTS = {0: "a", 1: "a", 2: "b"}
 

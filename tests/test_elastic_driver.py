@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from tf_ring.run import elastic_driver, launcher
-from tf_ring.run import elastic_plan
-from tf_ring.run.elastic_plan import EXIT_HOSTS_UPDATED
+from tf_ring.elastic_driver import driver as elastic_driver
+from tf_ring.run import launcher
+from tf_ring.elastic_driver import elastic_plan
+from tf_ring.plumbing.env_names import EXIT_HOSTS_UPDATED
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

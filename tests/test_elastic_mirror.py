@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tf_ring.elastic import mirror
-from tf_ring.run import private_dirs
+from tf_ring.plumbing import private_dirs
 
 SECRET = "0123456789abcdef"
 

@@ -4,8 +4,10 @@ ssh would read as an option, or that adds hosts or slots, is refused
 with a message naming where it came from."""
 import pytest
 
-from tf_ring.run import cluster_hosts, host_names, launcher, orphan_daemons, spare_seeding
-from tf_ring.run.discovery import DiscoveryError, parse_hosts
+from tf_ring.run import cluster_hosts, launcher, orphan_daemons
+from tf_ring.plumbing import host_names
+from tf_ring.elastic_driver import spare_seeding
+from tf_ring.elastic_driver.discovery import DiscoveryError, parse_hosts
 
 EVIL = ["-oProxyCommand=touch /tmp/pwned", "a,b", "a b", "a;b", "a$(id)", "-", "[not-ipv6]",
         "a:b", "a/b", ""]

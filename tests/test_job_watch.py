@@ -397,7 +397,7 @@ def three_node_watch(started, mpirun_says=b""):
 
 
 def test_mpiruns_report_of_a_killed_rank_blames_only_its_host():
-    from tf_ring.run import elastic_plan
+    from tf_ring.elastic_driver import elastic_plan
     watch = three_node_watch({0: "node01", 1: "node02"}, KILLED_WITH_ITS_WRAPPER)
     assert watch.signalled_ranks() == {2: ("node03", 9)}
     watch.take_mpirun_reports()

@@ -61,3 +61,45 @@ def test_python_reaches_the_engine_only_through_the_binding():
         assert '#include "python/' not in text and "pybind11" not in text, path
     for path in _files("tf_ring", "tf_ring_engine", suffixes=(".py",)):
         assert not re.search(r"^\s*(import|from) ctypes", open(path).read(), re.M), path
+
+
+TF_RING = os.path.join(ROOT, "tf_ring")
+
+
+def test_the_top_of_tf_ring_holds_the_api_and_at_most_three_entry_modules():
+    """Everything else lives in a room (docs/architecture.md; the rooms'
+    imports are checked in test_import_graph.py)."""
+    top = sorted(f for f in os.listdir(TF_RING) if f.endswith(".py"))
+    assert "__init__.py" in top and len(top) <= 4, top
+
+
+def _string_constants(path):
+    import ast
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+        elif isinstance(node, ast.Constant) and node.value == 75 and type(node.value) is int:
+            yield node.lineno, node.value
+
+
+# Files issue 47's channel work rewrites; their names move to env_names once it lands.
+PENDING_NAMES = ("tf_ring/elastic/control_wire.py", "tf_ring/hosted/frames.py",
+                 "tf_ring/hosted/task_service.py", "tf_ring/hosted/rank_entry.py")
+
+
+def test_environment_names_and_exit_codes_are_defined_once():
+    """Every TF_RING_* variable and the exit code 75 are spelled out in
+    tf_ring/plumbing/env_names.py alone; everything else imports them."""
+    home = os.path.join("tf_ring", "plumbing", "env_names.py")
+    spelled = []
+    for path in _files("tf_ring", suffixes=(".py",)):
+        rel = os.path.relpath(path, ROOT)
+        if rel in (home,) + PENDING_NAMES:
+            continue
+        for line, value in _string_constants(path):
+            if value == 75 or re.fullmatch(r"TF_RING_[A-Z0-9_]+", str(value)):
+                spelled.append("%s:%d %s" % (rel, line, value))
+    assert spelled == []
+    names = [v for _, v in _string_constants(os.path.join(ROOT, home))
+             if re.fullmatch(r"TF_RING_[A-Z0-9_]+", str(v))]
+    assert len(names) == len(set(names)) > 20

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from tf_ring.run import beats, interface_addresses
+from tf_ring.run import beats
+from tf_ring.plumbing import env_names, interface_addresses
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE = {"lo": "127.0.0.1", "eth0": "10.1.2.3", "ib0": "10.9.0.7", "docker0": "172.17.0.1"}
@@ -31,11 +32,11 @@ def test_without_the_flag_or_a_match_every_address_is_used(capsys):
 
 def other_address():
     """A non-loopback IPv4 address of this machine, or None."""
-    return next((a for a in beats.local_addresses() if not a.startswith("127.")), None)
+    return next((a for a in interface_addresses.local_addresses() if not a.startswith("127.")), None)
 
 
 def beat_to(listener, address, seq):
-    port = int(listener.environment()[beats.TARGETS_ENV].rpartition(":")[2])
+    port = int(listener.environment()[env_names.BEAT_TO].rpartition(":")[2])
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.sendto(beats.sign(listener.secret, [listener.token, "0", "s", str(seq)]),
                     (address, port))
@@ -52,7 +53,7 @@ def test_a_bound_listener_hears_its_addresses_only():
     heard = []
     listener = beats.Listener("tok", heard.append, addresses=["127.0.0.1"])
     try:
-        assert listener.environment()[beats.TARGETS_ENV].startswith("127.0.0.1:")
+        assert listener.environment()[env_names.BEAT_TO].startswith("127.0.0.1:")
         beat_to(listener, "127.0.0.1", 0)
         assert heard_after(heard, 1)
         other = other_address()
@@ -69,7 +70,7 @@ def test_several_addresses_share_one_port():
     heard = []
     listener = beats.Listener("tok", heard.append, addresses=addresses)
     try:
-        targets = listener.environment()[beats.TARGETS_ENV]
+        targets = listener.environment()[env_names.BEAT_TO]
         assert targets.rpartition(":")[0] == ",".join(addresses)
         for seq, address in enumerate(addresses):
             beat_to(listener, address, seq)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tf_ring.run import cluster_hosts, launcher, mpi_operator
-from tf_ring.run.discovery import parse_hosts, run_discovery
+from tf_ring.elastic_driver.discovery import parse_hosts, run_discovery
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PODS = "tf-ring-digits-worker-0.tf-ring-digits.default.svc"

@@ -15,7 +15,9 @@ import time
 import pytest
 
 from tf_ring.elastic import mirror
-from tf_ring.run import private_dirs, session_dirs, warm_spares
+from tf_ring.plumbing import env_names, private_dirs
+from tf_ring.run import session_dirs
+from tf_ring.elastic_driver import warm_spares
 
 NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
@@ -91,7 +93,7 @@ def test_2_a_spare_directory_another_user_made_first_is_refused(shared):
 
 def test_3_a_spare_runs_nothing_another_user_sends(shared, tmp_path):
     host = warm_spares.host_directory(str(shared / "tf_ring-elastic-job" / "spares"))
-    env = dict(os.environ, **{warm_spares.IMPORTS_ENV: "", warm_spares.IDLE_ENV: "30",
+    env = dict(os.environ, **{env_names.SPARE_IMPORTS: "", env_names.SPARE_IDLE_S: "30",
                               "PYTHONPATH": os.pathsep.join(sys.path)})
     spare = subprocess.Popen([sys.executable, warm_spares.SCRIPT, "spare", host, "0"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -155,8 +157,8 @@ def test_5_a_symlinked_pid_in_a_squatted_directory_does_not_overwrite_the_users_
                      % (str(host), str(host / "ranks"), str(victim), str(host / "0.pid"),
                         str(victim), str(host / "0.log")))
     assert made.returncode == 0, made.stderr
-    env = dict(os.environ, **{warm_spares.DIR_ENV: str(base / "spares"),
-                              warm_spares.IMPORTS_ENV: "", "PYTHONPATH": os.pathsep.join(sys.path)})
+    env = dict(os.environ, **{env_names.SPARE_DIR: str(base / "spares"),
+                              env_names.SPARE_IMPORTS: "", "PYTHONPATH": os.pathsep.join(sys.path)})
     ran = subprocess.run([sys.executable, warm_spares.SCRIPT, "stand-in", "--", "true"],
                          env=env, capture_output=True, text=True, timeout=30)
     assert ran.returncode != 0 and str(base) in ran.stderr, ran.stderr

@@ -3,11 +3,12 @@ launcher's host and the added host can read (`ps`): it carries only the
 variables the spare's imports need, named one by one."""
 import shlex
 
-from tf_ring.run import spare_seeding, warm_spares
+from tf_ring.elastic_driver import spare_seeding
+from tf_ring.plumbing import env_names
 
 
 def test_only_the_listed_variables_reach_the_seed_command_line():
-    env = {warm_spares.DIR_ENV: "/dev/shm/job/spares", "PATH": "/venv/bin:/usr/bin",
+    env = {env_names.SPARE_DIR: "/dev/shm/job/spares", "PATH": "/venv/bin:/usr/bin",
            "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow",
            "TF_VAR_db_password": "hunter2", "TF_VAR_secret": "s3cret-value",
            "TF_RING_ELASTIC_SECRET": "e1", "TF_RING_BEAT_SECRET": "b1", "TF_RING_BEAT_TOKEN": "t1",

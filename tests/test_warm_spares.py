@@ -1,5 +1,5 @@
 """tfringrun --warm-spares without MPI: the stand-in hands a rank's command
-to a spare that waits on its host (tf_ring/run/warm_spares.py), and the
+to a spare that waits on its host (tf_ring/elastic_driver/warm_spares.py), and the
 rank must not be able to tell, nor the launcher: the command's output,
 working directory, arguments, exit code (also through os._exit), signals,
 and death with its stand-in. Spares here import nothing ahead (the
@@ -13,7 +13,9 @@ import time
 
 import pytest
 
-from tf_ring.run import launcher, warm_spares
+from tf_ring.run import launcher
+from tf_ring.elastic_driver import warm_spares
+from tf_ring.plumbing import env_names
 
 SCRIPT = warm_spares.SCRIPT
 JOB = """import os, sys, time
@@ -43,15 +45,15 @@ def job(tmp_path):
     folder.mkdir()
     (folder / "train.py").write_text(JOB)
     (folder / "neighbour.py").write_text("")
-    env = dict(os.environ, **{warm_spares.DIR_ENV: str(tmp_path / "spares"),
-                              warm_spares.IMPORTS_ENV: "", warm_spares.IDLE_ENV: "30",
+    env = dict(os.environ, **{env_names.SPARE_DIR: str(tmp_path / "spares"),
+                              env_names.SPARE_IMPORTS: "", env_names.SPARE_IDLE_S: "30",
                               "PYTHONPATH": os.pathsep.join(sys.path)})
     yield folder, env
     subprocess.run(["pkill", "-f", "warm_spares.py spare %s" % (tmp_path / "spares")], check=False)
 
 
 def host_dir(env):
-    return warm_spares.host_directory(env[warm_spares.DIR_ENV])
+    return warm_spares.host_directory(env[env_names.SPARE_DIR])
 
 
 def stand_in(folder, env, *args, **extra):
@@ -156,7 +158,7 @@ def test_a_spare_leaves_with_the_jobs_directory_or_when_its_host_has_no_rank(job
     while warm_spares._alive(first):
         assert time.time() < deadline, "the spare outlived its directory"
         time.sleep(0.05)
-    idle_env = dict(env, **{warm_spares.IDLE_ENV: "1"})
+    idle_env = dict(env, **{env_names.SPARE_IDLE_S: "1"})
     stand_in(folder, idle_env)  # its rank ends at once; the spare it starts finds no rank left
     second = wait_for_spare(idle_env)
     deadline = time.time() + 15
@@ -195,9 +197,9 @@ def test_seeding_starts_a_hosts_spares_and_waits_until_they_are_ready(tmp_path):
     """What the driver runs on a host discovery added (spare_seeding): the
     command carries what the imports read and never a secret, and ends once
     every slot's spare is ready."""
-    from tf_ring.run import spare_seeding
-    env = dict(os.environ, **{warm_spares.DIR_ENV: str(tmp_path / "spares"),
-                              warm_spares.IMPORTS_ENV: "", warm_spares.IDLE_ENV: "30",
+    from tf_ring.elastic_driver import spare_seeding
+    env = dict(os.environ, **{env_names.SPARE_DIR: str(tmp_path / "spares"),
+                              env_names.SPARE_IMPORTS: "", env_names.SPARE_IDLE_S: "30",
                               "TF_RING_ELASTIC_SECRET": "s3cret", "TF_RING_BEAT_TOKEN": "t0ken",
                               "KERAS_BACKEND": "tensorflow", "PYTHONPATH": os.pathsep.join(sys.path)})
     command = spare_seeding.seed_command(env, slots=2, wait_s=20)
@@ -216,7 +218,7 @@ def test_seeding_starts_a_hosts_spares_and_waits_until_they_are_ready(tmp_path):
 
 
 def test_seeding_reaches_a_host_as_mpirun_would():
-    from tf_ring.run import spare_seeding
+    from tf_ring.elastic_driver import spare_seeding
     ssh = argparse.Namespace(rsh_agent=None, ssh_port=2222)
     assert spare_seeding.remote_argv(ssh, "node7", "cmd") == \
         ["ssh", "-o", "BatchMode=yes", "-p", "2222", "--", "node7", "cmd"]

@@ -15,6 +15,7 @@ import tensorflow as tf
 import tf_ring as hvd
 from tf_ring import elastic
 from tf_ring.elastic import mirror, restart
+from tf_ring.plumbing import env_names
 
 SECRET = "mirror-test-secret"
 
@@ -47,7 +48,7 @@ def _state(value):
 
 def test_the_newest_commit_wins_wherever_it_is(own_directory, monkeypatch):
     # Ranks hold commits 1..size, the last rank the newest: everyone resumes from it.
-    monkeypatch.setenv(restart.COMMITTED_ENV, str(hvd.size()))
+    monkeypatch.setenv(env_names.ELASTIC_COMMITTED, str(hvd.size()))
     _mirror(own_directory, hvd.rank() + 1, np.full(3, 10.0 * (hvd.rank() + 1)), 100 + hvd.rank())
     state = _state(-1.0)
     state.sync()
@@ -58,13 +59,13 @@ def test_the_newest_commit_wins_wherever_it_is(own_directory, monkeypatch):
 
 
 def test_no_commit_anywhere_while_one_was_made_stops_every_rank(own_directory, monkeypatch):
-    monkeypatch.setenv(restart.COMMITTED_ENV, "4")
+    monkeypatch.setenv(env_names.ELASTIC_COMMITTED, "4")
     with pytest.raises(restart.CommitLost, match="committed its state 4 times"):
         _state(0.0).sync()
 
 
 def test_a_first_world_without_commits_starts_fresh(own_directory, monkeypatch):
-    monkeypatch.setenv(restart.COMMITTED_ENV, "0")
+    monkeypatch.setenv(env_names.ELASTIC_COMMITTED, "0")
     state = _state(1.0 + hvd.rank())
     state.sync()  # rank 0's values, no mirror involved
     np.testing.assert_array_equal(state.variables[0].numpy(), np.full(3, 1.0))

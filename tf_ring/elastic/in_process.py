@@ -14,15 +14,14 @@ import os
 import sys
 
 from tf_ring.runtime import basics
+from tf_ring.plumbing import env_names
 
-ULFM_ENV = "TF_RING_ULFM"
-MIN_NP_ENV = "TF_RING_ELASTIC_MIN_NP"  # tfringrun --min-np
 LOST_RANK_TEXT = "tf_ring lost a rank"
 
 
 def fault_tolerant():
     """True when this job runs in fault-tolerant mode (TF_RING_ULFM=1)."""
-    return os.environ.get(ULFM_ENV, "") == "1"
+    return os.environ.get(env_names.ULFM, "") == "1"
 
 
 def is_lost_rank_error(error):
@@ -80,7 +79,7 @@ def shrink_and_restart():
         _free(comm)
     _free(old)
     _tell_driver(basics.size())
-    minimum = int(os.environ.get(MIN_NP_ENV, "0") or 0)
+    minimum = int(os.environ.get(env_names.ELASTIC_MIN_NP, "0") or 0)
     if basics.size() < minimum:
         # Too few ranks to go on: the driver's coordinated restart waits for
         # hosts (--elastic-timeout) from the mirrored commit, or fails.

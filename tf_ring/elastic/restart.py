@@ -18,12 +18,8 @@ import sys
 
 from tf_ring.elastic import control_client
 from tf_ring.elastic.mirror import MirrorWriter, load_mirror
+from tf_ring.plumbing import env_names
 
-EXIT_HOSTS_UPDATED = 75  # tf_ring.run.elastic_plan uses the same code
-COMMITTED_ENV = "TF_RING_ELASTIC_COMMITTED"  # the newest commit the launcher heard of
-# Which world of the job this is (0, then one more each relaunch), so that a
-# hosted job keeps the results of the last world only (tf_ring.hosted).
-WORLD_ENV = "TF_RING_ELASTIC_WORLD"
 _writer = None
 _mirror_taken = False
 _commits = 0  # this job's commits so far, the same number on every rank
@@ -34,11 +30,11 @@ class CommitLost(RuntimeError):
 
 
 def state_dir():
-    return os.environ.get("TF_RING_ELASTIC_STATE_DIR")
+    return os.environ.get(env_names.ELASTIC_STATE_DIR)
 
 
 def _secret():
-    return os.environ.get("TF_RING_ELASTIC_SECRET", "")
+    return os.environ.get(env_names.ELASTIC_SECRET, "")
 
 
 def under_driver():
@@ -93,7 +89,7 @@ def take_mirror_once():
                          "stops instead of training from an unknown state: "
                          + "; ".join(problems))
     newest = max(n for n, _ in everyone)
-    expected = int(os.environ.get(COMMITTED_ENV, "0") or 0)
+    expected = int(os.environ.get(env_names.ELASTIC_COMMITTED, "0") or 0)
     if newest == 0:
         if expected:
             raise CommitLost(
@@ -119,7 +115,8 @@ def exit_for_relaunch():
         _writer.flush(timeout=60)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(EXIT_HOSTS_UPDATED)  # all ranks leave together; nothing collective after this
+    # All ranks leave together; nothing collective after this.
+    os._exit(env_names.EXIT_HOSTS_UPDATED)
 
 
 def finish():

@@ -15,7 +15,7 @@ import tempfile
 import threading
 
 from tf_ring.hosted import frames, function_service, rank_entry, task_service
-from tf_ring.run import interface_addresses
+from tf_ring.plumbing import interface_addresses
 
 HOST_NAME = "tfring-host-%d"
 # The ranks run the task's own Python (task_service sets it for the daemon).

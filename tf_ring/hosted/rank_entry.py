@@ -8,7 +8,7 @@ import pickle
 import sys
 import traceback
 
-from tf_ring.elastic.restart import WORLD_ENV
+from tf_ring.plumbing.env_names import ELASTIC_WORLD as WORLD_ENV
 from tf_ring.hosted import frames, function_service
 
 FUNCTION_ENV = "TF_RING_HOSTED_FUNCTION"  # "addr,addr,...:port" of the driver's service

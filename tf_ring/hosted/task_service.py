@@ -10,7 +10,7 @@ import threading
 
 from tf_ring.elastic.control_wire import ChannelError, PeerClosed
 from tf_ring.hosted import server
-from tf_ring.run import process_tree
+from tf_ring.plumbing import process_tree
 
 OUT, ERR = b"o", b"e"
 # What the agent may set for the daemon: Open MPI's and PRRTE's settings and

@@ -31,14 +31,14 @@ __all__ = ["Compression", "init", "shutdown", "is_initialized", "rank", "size", 
 
 # Horovod's Adasum op and build queries, as horovod.tensorflow.keras has them.
 from tf_ring.collectives.ops import Adasum  # noqa: E402
-from tf_ring.runtime.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
+from tf_ring.runtime.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: E402
                                     mpi_enabled, rocm_built)
 
 __all__ += ["Adasum", "ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
             "mpi_enabled", "rocm_built"]
 
 # Process sets, as horovod.tensorflow.keras has them (see docs/process-sets.md).
-from tf_ring.runtime.process_set import (ProcessSet, add_process_set, global_process_set,
+from tf_ring.runtime.process_set import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
                                          remove_process_set)
 
 __all__ += ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"]

@@ -11,6 +11,8 @@ import warnings
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
+from tf_ring.runtime._build_info import xla_support
+
 NO_LOWERING = ("this build of tf_ring has no XLA lowering for its collectives "
                "(tf_ring._xla_support is False: the TensorFlow wheel it was built against "
                "lacks XLA's FFI headers)")
@@ -21,8 +23,7 @@ def tracing_under_xla():
 
 
 def lowering_built():
-    import tf_ring
-    return bool(tf_ring._xla_support)
+    return xla_support()
 
 
 def why_not_compilable(settings):

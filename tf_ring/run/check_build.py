@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 
+from tf_ring.plumbing import env_names
 from tf_ring.runtime._build_info import PACKAGE_DIR, PATH as BUILD_INFO_PATH
 
 REBUILD_HINT = ("rebuild from the tf_ring source tree: "
@@ -26,7 +27,7 @@ def find_mpirun():
 
 def build_info_path():
     # Tests point this at a fake file to exercise the mismatch report.
-    return os.environ.get("TF_RING_BUILD_INFO") or BUILD_INFO_PATH
+    return os.environ.get(env_names.BUILD_INFO) or BUILD_INFO_PATH
 
 
 def _installed_version(*distributions):

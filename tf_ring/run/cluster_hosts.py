@@ -9,7 +9,8 @@ import itertools
 import os
 import re
 
-from tf_ring.run import host_names, layout, mpi_operator
+from tf_ring.plumbing import host_names
+from tf_ring.run import layout, mpi_operator
 
 
 class HostsError(ValueError):

@@ -17,9 +17,10 @@ import sys
 import threading
 import time
 
-from tf_ring.run import (beats, check_build, cluster_hosts, elastic_driver, elastic_plan,
-                         engine_flags, interface_addresses, job_watch, layout, mpi_operator,
-                         orphan_daemons, process_tree, session_dirs, start_retry, warm_spares)
+from tf_ring.run import (beats, check_build, cluster_hosts, engine_flags, job_watch, layout,
+                         mpi_operator, orphan_daemons, session_dirs, start_retry)
+from tf_ring.elastic_driver import driver as elastic_driver, elastic_plan, warm_spares
+from tf_ring.plumbing import interface_addresses, process_tree
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over

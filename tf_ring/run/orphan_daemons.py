@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 
-from tf_ring.run import host_names
+from tf_ring.plumbing import host_names
 
 # Each agent gets this long; a host that cannot be reached at all is left alone.
 AGENT_TIMEOUT_S = 5.0

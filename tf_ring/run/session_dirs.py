@@ -30,7 +30,7 @@ import shlex
 import shutil
 import sys
 
-from tf_ring.run import private_dirs
+from tf_ring.plumbing import private_dirs
 
 _PARAM = "prte_tmpdir_base"
 _PREFIX = "/tmp/tfringrun-"

@@ -12,6 +12,8 @@ import os
 import threading
 import time
 
+from tf_ring.plumbing import env_names
+
 TRACE = 5  # below DEBUG, for per-tensor detail
 logging.addLevelName(TRACE, "TRACE")
 
@@ -23,7 +25,7 @@ _LEVELS = {"trace": TRACE, "debug": logging.DEBUG, "info": logging.INFO,
 def level_from_env(environ=None):
     """The logging level TF_RING_LOG_LEVEL names; unknown or unset means warning,
     matching the engine (which never refuses to start over a log level)."""
-    value = (os.environ if environ is None else environ).get("TF_RING_LOG_LEVEL", "")
+    value = (os.environ if environ is None else environ).get(env_names.LOG_LEVEL, "")
     return _LEVELS.get(value.strip().lower(), logging.WARNING)
 
 

@@ -6,9 +6,9 @@ independently; see docs/process-sets.md.
 """
 
 from tf_ring.runtime._library import ENGINE
+from tf_ring.plumbing import env_names
 from tf_ring.runtime.topology import rank, size
 
-_DYNAMIC_ENV = "TF_RING_DYNAMIC_PROCESS_SETS"
 _dynamic = False          # set by init(process_sets="dynamic") or rank 0's variable
 _registered = {}          # id -> ProcessSet objects registered under it
 
@@ -194,7 +194,7 @@ def _on_init(process_sets_arg, settings):
         for ps in objects:
             ps.process_set_id = None
     _registered.clear()
-    _dynamic = settings.get(_DYNAMIC_ENV) not in (None, "", "0")
+    _dynamic = settings.get(env_names.DYNAMIC_PROCESS_SETS) not in (None, "", "0")
     if process_sets_arg is None:
         return
     if isinstance(process_sets_arg, str):
@@ -246,7 +246,7 @@ def _require_dynamic(what):
             "tf_ring.%s needs dynamic process sets: set %s=1 before init() (rank 0's value "
             "counts for every rank; or call "
             "init(process_sets=\"dynamic\")), or register the sets once with "
-            "init(process_sets=[...])." % (what, _DYNAMIC_ENV))
+            "init(process_sets=[...])." % (what, env_names.DYNAMIC_PROCESS_SETS))
 
 
 def add_process_set(process_set):

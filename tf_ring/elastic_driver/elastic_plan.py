@@ -3,9 +3,7 @@ next world runs on and how many ranks, and what a rank's exit means.
 
 Kept apart from the loop that runs mpirun so each rule is unit-tested."""
 
-# A rank exits with this after HostsUpdatedInterrupt and saving its commit,
-# asking the driver to relaunch at the new size (not a failure).
-EXIT_HOSTS_UPDATED = 75
+from tf_ring.plumbing.env_names import EXIT_HOSTS_UPDATED
 
 
 class BelowMinimum(Exception):

@@ -16,7 +16,8 @@ import sys
 import threading
 import time
 
-from tf_ring.run import host_names, warm_spares
+from tf_ring.plumbing import env_names, host_names
+from tf_ring.elastic_driver import warm_spares
 
 SEED_WAIT_S = 60.0
 # What a spare's interpreter and imports (Python, TensorFlow, Keras, OpenMP,
@@ -35,7 +36,7 @@ SEED_VARIABLES = (
     "TF_ENABLE_ONEDNN_OPTS", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS",
     "KERAS_BACKEND", "KERAS_HOME", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES",
     "KMP_AFFINITY", "KMP_BLOCKTIME", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-    "TF_RING_LOG_LEVEL", warm_spares.IMPORTS_ENV, warm_spares.IDLE_ENV)
+    env_names.LOG_LEVEL, env_names.SPARE_IMPORTS, env_names.SPARE_IDLE_S)
 
 
 def seed_command(env, slots, wait_s=SEED_WAIT_S):
@@ -44,7 +45,7 @@ def seed_command(env, slots, wait_s=SEED_WAIT_S):
     return "env %s %s %s seed %s %d %g" % (
         " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in kept), shlex.quote(sys.executable),
         shlex.quote(warm_spares.SCRIPT),
-        shlex.quote(env[warm_spares.DIR_ENV]), slots, wait_s)
+        shlex.quote(env[env_names.SPARE_DIR]), slots, wait_s)
 
 
 def remote_argv(args, host, command):

@@ -13,13 +13,13 @@ import sys
 import threading
 import time
 
-from tf_ring.elastic.errors import HostUpdateResult
-from tf_ring.elastic.restart import COMMITTED_ENV, WORLD_ENV
-from tf_ring.run import beats, discovery, interface_addresses
+from tf_ring.elastic_driver import discovery, spare_seeding
+from tf_ring.elastic_driver.elastic_plan import (BelowMinimum, added_slots, hosts_argument,
+                                                 plan_world)
+from tf_ring.plumbing import env_names, interface_addresses
+from tf_ring.plumbing.env_names import EXIT_HOSTS_UPDATED
+from tf_ring.plumbing.host_updates import HostUpdateResult
 from tf_ring.run.control_service import ControlService
-from tf_ring.run import spare_seeding, warm_spares
-from tf_ring.run.elastic_plan import (EXIT_HOSTS_UPDATED, BelowMinimum, added_slots,
-                                      hosts_argument, plan_world)
 
 POLL_S = 1.0
 
@@ -173,15 +173,16 @@ class Driver:
         # With --network-interface only the job's network reaches the port.
         chosen = interface_addresses.for_listeners(getattr(self.args, "network_interface", None),
                                                    out=io.StringIO())  # the beats say it once
-        self.control = ControlService(secret, chosen or beats.local_addresses(),
+        self.control = ControlService(secret, chosen or interface_addresses.local_addresses(),
                                       bind_address=chosen[0] if chosen and len(chosen) == 1
                                       else "0.0.0.0")
-        env = dict(self.env, TF_RING_ELASTIC_SECRET=secret, TF_RING_ELASTIC_STATE_DIR=state_dir,
+        env = dict(self.env, **{env_names.ELASTIC_SECRET: secret,
+                                env_names.ELASTIC_STATE_DIR: state_dir},
                    **self.control.environment())
         if getattr(self.args, "warm_spares", False):
-            env[warm_spares.DIR_ENV] = os.path.join(state_dir, "spares")
+            env[env_names.SPARE_DIR] = os.path.join(state_dir, "spares")
         if in_process(self.args):
-            env.update(TF_RING_ULFM="1", TF_RING_ELASTIC_MIN_NP=str(self.args.min_np))
+            env.update({env_names.ULFM: "1", env_names.ELASTIC_MIN_NP: str(self.args.min_np)})
         try:
             return self._loop(env)
         finally:
@@ -205,8 +206,8 @@ class Driver:
             self.control.new_world()
             world.control = self.control
             # The new world must find the newest commit the last one mirrored.
-            world_env = dict(env, **{COMMITTED_ENV: str(self.control.committed),
-                                     WORLD_ENV: str(self.restarts)})
+            world_env = dict(env, **{env_names.ELASTIC_COMMITTED: str(self.control.committed),
+                                     env_names.ELASTIC_WORLD: str(self.restarts)})
             stop = threading.Event()
             poller = threading.Thread(target=self._watch_for_gain, daemon=True,
                                       args=(chosen, stop, world_env))

@@ -7,7 +7,7 @@ owned by this user, no group or other bits. A name another user made first
 (a squatter who guessed or saw it) is refused with an error naming it, never
 used. Files inside are created with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600.
 
-Standard library only: tf_ring/run/warm_spares.py imports it by path, before
+Standard library only: tf_ring/elastic_driver/warm_spares.py imports it by path, before
 any package import.
 """
 import os

@@ -36,6 +36,13 @@ def all_addresses():
     return found
 
 
+def local_addresses():
+    """This machine's IPv4 addresses, loopback last: where other hosts try to
+    reach a listener bound to every address (they try each in turn)."""
+    found = list(dict.fromkeys(all_addresses().values()))
+    return sorted(found, key=lambda a: a.startswith("127."))
+
+
 def addresses_for(spec, interfaces=None):
     """The addresses `spec` (--network-interface's value) selects here, in
     the order given; [] when none of its names or subnets is on this machine."""

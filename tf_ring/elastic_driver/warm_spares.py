@@ -41,16 +41,26 @@ import sys
 import threading
 import time
 
-if __package__:
-    from tf_ring.run import private_dirs
-else:  # run by path (a rank's start): the sibling module, no package import
-    import private_dirs
 
-DIR_ENV = "TF_RING_SPARE_DIR"  # the job's spare directory; each host uses <it>/<hostname>
-WARM_ENV = "TF_RING_WARM_SPARE"  # "1" in a rank that began as a spare
-IMPORTS_ENV = "TF_RING_SPARE_IMPORTS"  # what a spare imports ahead (comma-separated)
+
+def _floor_module(name):
+    """tf_ring.plumbing's `name`, loaded from its file: run by path on a
+    rank's start, this file imports no package (tf_ring's would be the first)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plumbing",
+                        name + ".py")
+    spec = importlib.util.spec_from_file_location("tf_ring_spare_" + name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if __package__:
+    from tf_ring.plumbing import env_names, private_dirs
+else:  # run by path (a rank's start)
+    env_names, private_dirs = _floor_module("env_names"), _floor_module("private_dirs")
+
 DEFAULT_IMPORTS = "tensorflow,tf_ring"
-IDLE_ENV, DEFAULT_IDLE_S = "TF_RING_SPARE_IDLE_S", 30.0
+DEFAULT_IDLE_S = 30.0
 HANDED_OVER_S = 10.0  # a spare that does not confirm a hand-over within this is not used
 EXIT_GRACE_S = 30.0  # from a rank's exit code to its process's end
 SCRIPT = os.path.abspath(__file__)  # run by path: no package import on a rank's start
@@ -104,7 +114,7 @@ def runnable_target(argv, interpreter=sys.executable):
 
 def stand_in(command):
     try:
-        directory = host_directory(os.environ[DIR_ENV])
+        directory = host_directory(os.environ[env_names.SPARE_DIR])
     except private_dirs.UnsafeDirectory as e:
         print(e, file=sys.stderr, flush=True)  # names the refused directory; no traceback
         os._exit(1)
@@ -134,7 +144,7 @@ def _claim(directory, slot, target):
             conn.close()
             return None
         os.remove(path)  # the slot is free for the next world's spare
-        message = {"env": dict(os.environ, **{WARM_ENV: "1"}), "cwd": os.getcwd(),
+        message = {"env": dict(os.environ, **{env_names.WARM_SPARE: "1"}), "cwd": os.getcwd(),
                    "target": target, "cpus": sorted(os.sched_getaffinity(0)),
                    # the rank starts with the signals the stand-in ignores ignored
                    "ignored": [int(n) for n in _FORWARDED_SIGNALS
@@ -253,7 +263,7 @@ def spare(directory, slot):
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         except OSError:
             return "cannot restore a rank's priority after lowering it: no spare here"
-    for name in filter(None, os.environ.get(IMPORTS_ENV, DEFAULT_IMPORTS).split(",")):
+    for name in filter(None, os.environ.get(env_names.SPARE_IMPORTS, DEFAULT_IMPORTS).split(",")):
         __import__(name.strip())
         if name.strip() == "tf_ring":
             sys.modules["tf_ring"]._load_api()  # the ops, their gradients, the native library
@@ -266,7 +276,7 @@ def spare(directory, slot):
     server.bind(path + ".new")
     server.listen(1)
     os.rename(path + ".new", path)  # ready when it appears: a connect never meets a bound, deaf one
-    idle_s = float(os.environ.get(IDLE_ENV, DEFAULT_IDLE_S))
+    idle_s = float(os.environ.get(env_names.SPARE_IDLE_S, DEFAULT_IDLE_S))
     last_rank_seen = time.monotonic()
     while True:
         conn = _accept(server, 0.5)

@@ -9,7 +9,7 @@ import random
 import subprocess
 import time
 
-from tf_ring.run import host_names
+from tf_ring.plumbing import host_names
 
 
 class DiscoveryError(RuntimeError):
