@@ -3,7 +3,7 @@ checks and the network flags, as parsed before anything starts."""
 
 import pytest
 
-from tf_ring.run import cluster_hosts, launcher
+from tf_ring.run import arguments, cluster_hosts, launcher
 from tf_ring.run.cluster_hosts import HostsError, expand_nodelist, expand_tasks_per_node
 
 
@@ -84,7 +84,7 @@ SLURM = {"SLURM_JOB_NODELIST": "c[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}
 
 
 def parse(argv, environ=None):
-    return launcher.parse_args(argv + ["python", "x.py"], environ={} if environ is None else environ)
+    return arguments.parse_args(argv + ["python", "x.py"], environ={} if environ is None else environ)
 
 
 def mpirun_cmd(argv, environ=None):

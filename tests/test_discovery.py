@@ -78,8 +78,8 @@ def test_blacklist_bad_range():
 
 # --- the driver's plan for the next world ----------------------------------------
 
-from tf_ring.elastic_driver.elastic_plan import (BelowMinimum, added_slots, hosts_argument,  # noqa: E402
-                                                 plan_world)
+from tf_ring.elastic_driver.elastic_plan import BelowMinimum, added_slots, plan_world  # noqa: E402
+from tf_ring.plumbing.host_names import hosts_argument  # noqa: E402
 
 
 def test_plan_caps_at_max_np_and_puts_survivors_first():

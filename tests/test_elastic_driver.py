@@ -2,7 +2,6 @@
 processes), and real tfringrun runs for the cases that end before or without
 a restart (below --min-np, a failing discovery script, an ordinary rank
 error that must not count as a host loss)."""
-import argparse
 import os
 import signal
 import subprocess
@@ -11,9 +10,10 @@ import sys
 import pytest
 
 from tf_ring.elastic_driver import driver as elastic_driver
-from tf_ring.run import launcher
+from tf_ring.run import arguments, launcher
 from tf_ring.elastic_driver import elastic_plan
 from tf_ring.plumbing.env_names import EXIT_HOSTS_UPDATED
+from tf_ring.plumbing.job_settings import ElasticSettings, JobSettings, WorldSettings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,12 +26,11 @@ def script(tmp_path, text, name="discover.sh"):
 
 
 def driver_args(tmp_path, lines, **over):
-    values = dict(min_np=2, max_np=None, host_discovery_script=script(tmp_path, lines),
-                  slots_per_host=1, elastic_timeout=0.0, reset_limit=None,
-                  blacklist_cooldown_range=None, host_list=None, recovery="restart",
-                  detection_timeout=10.0)
-    values.update(over)
-    return argparse.Namespace(**values)
+    """The JobSettings of an elastic job; `over`: its ElasticSettings' fields."""
+    elastic = dict(min_np=2, discovery_script=script(tmp_path, lines), elastic_timeout=0.0)
+    elastic.update(over)
+    return JobSettings(command=["true"], np=2, detection_timeout=10.0,
+                       elastic=ElasticSettings(**elastic))
 
 
 def test_loss_blacklists_the_host_and_restarts_smaller(tmp_path, capsys):
@@ -110,12 +109,12 @@ def test_real_rank_exception_fails_without_restart(tmp_path):
 
 def test_elastic_flags_need_a_host_source_and_sane_bounds():
     with pytest.raises(SystemExit):
-        launcher.parse_args(["-np", "2", "--min-np", "2", "python", "x.py"], environ={})
+        arguments.parse_args(["-np", "2", "--min-np", "2", "python", "x.py"], environ={})
     with pytest.raises(SystemExit):
-        launcher.parse_args(["-np", "2", "--min-np", "3", "--max-np", "2",
+        arguments.parse_args(["-np", "2", "--min-np", "3", "--max-np", "2",
                              "--host-discovery-script", "true", "python", "x.py"], environ={})
-    plain = launcher.parse_args(["-np", "2", "python", "x.py"], environ={})
-    assert not elastic_driver.is_elastic(plain)
+    plain = arguments.parse_args(["-np", "2", "python", "x.py"], environ={})
+    assert not plain.is_elastic
 
 
 @pytest.mark.parametrize("lost, rc, says_failed", [(["simhost2"], 14, False),
@@ -128,21 +127,21 @@ def test_only_a_world_that_is_not_restarted_says_the_job_failed(monkeypatch, cap
     monkeypatch.setattr(launcher, "build_command", lambda *a, **k: ["mpirun"])
     monkeypatch.setattr(launcher, "_run_job", lambda *a, **k: rc)
     monkeypatch.setattr(launcher.elastic_plan, "judge_world", lambda *a, **k: (rc, set(lost)))
-    world = argparse.Namespace(np=2, hosts="localhost:2", start_timeout=None)
+    world = WorldSettings(JobSettings(command=["true"], np=2), 2, [("localhost", 2)])
     assert launcher._run_world(world, {}, "token", None) == (rc, set(lost))
     said = "job failed with exit code %d" % rc in capsys.readouterr().err
     assert said == says_failed
 
 
 def test_in_process_recovery_adds_ulfm_to_mpirun_and_the_ranks_env(tmp_path):
-    args = launcher.parse_args(["-np", "3", "--min-np", "2", "--recovery", "in-process",
+    args = arguments.parse_args(["-np", "3", "--min-np", "2", "--recovery", "in-process",
                                 "--host-discovery-script", "true", "python", "x.py"], environ={})
-    assert elastic_driver.in_process(args)
+    assert args.in_process
     assert "--with-ft ulfm --mca btl tcp,self --mca coll_han_priority 0" in args.mpi_args
     assert "--mca mpi_ft_detector true --mca mpi_ft_detector_timeout 10 " in args.mpi_args
-    plain = launcher.parse_args(["-np", "3", "--min-np", "2", "--host-discovery-script", "true",
+    plain = arguments.parse_args(["-np", "3", "--min-np", "2", "--host-discovery-script", "true",
                                  "python", "x.py"], environ={})
-    assert not elastic_driver.in_process(plain) and "ulfm" not in plain.mpi_args
+    assert not plain.in_process and "ulfm" not in plain.mpi_args
     envs = []
 
     def launch(world, env):
@@ -169,7 +168,7 @@ def test_ranks_beat_when_a_detection_timeout_is_given():
     MPI's detector instead; with --output the launcher cannot read the
     ranks' stderr."""
     def wrapper_of(argv):
-        args = launcher.parse_args(argv + ["python", "x.py"], environ={})
+        args = arguments.parse_args(argv + ["python", "x.py"], environ={})
         cmd = launcher.build_command(args, cores=4)
         return launcher._beat_interval(args), cmd[cmd.index("tfringrun-rank") - 1]
     elastic = ["-np", "3", "--min-np", "2", "--host-discovery-script", "true"]
@@ -178,13 +177,13 @@ def test_ranks_beat_when_a_detection_timeout_is_given():
         assert beat == 2.0 and "sleep 2 " in wrapper and " beat $r" in wrapper
     beat, wrapper = wrapper_of(elastic)  # restart mode's default
     assert beat == 120 / 3.5 and " beat $r" in wrapper
-    assert launcher.parse_args(elastic + ["python", "x.py"], environ={}).detection_timeout == 120
+    assert arguments.parse_args(elastic + ["python", "x.py"], environ={}).detection_timeout == 120
     for argv in (["-np", "2"], elastic + ["--recovery", "in-process"],
                  ["-np", "2", "--detection-timeout", "7", "--mpi-args", "--output-filename /tmp/x"]):
         beat, wrapper = wrapper_of(argv)
         assert beat is None and " beat " not in wrapper
     with pytest.raises(SystemExit):
-        launcher.parse_args(["-np", "2", "--detection-timeout", "0", "python", "x.py"], environ={})
+        arguments.parse_args(["-np", "2", "--detection-timeout", "0", "python", "x.py"], environ={})
 
 
 def test_an_in_process_world_is_judged_by_its_survivors():

@@ -4,8 +4,8 @@ ssh would read as an option, or that adds hosts or slots, is refused
 with a message naming where it came from."""
 import pytest
 
-from tf_ring.run import cluster_hosts, launcher, orphan_daemons
-from tf_ring.plumbing import host_names
+from tf_ring.run import arguments, cluster_hosts
+from tf_ring.plumbing import host_agent, host_names
 from tf_ring.elastic_driver import spare_seeding
 from tf_ring.elastic_driver.discovery import DiscoveryError, parse_hosts
 
@@ -35,10 +35,10 @@ def test_slots_split_off_ipv6_addresses_correctly():
 
 def test_the_h_flag_refuses_an_ssh_option_as_a_host(capsys):
     with pytest.raises(SystemExit):
-        launcher.parse_args(["-np", "1", "-H", "a:1,-oProxyCommand=sh:1", "true"], environ={})
+        arguments.parse_args(["-np", "1", "-H", "a:1,-oProxyCommand=sh:1", "true"], environ={})
     err = capsys.readouterr().err
     assert "-H" in err and "'-oProxyCommand=sh' is not a host name" in err
-    args = launcher.parse_args(["-np", "2", "-H", "[fe80::1]:2", "true"], environ={})
+    args = arguments.parse_args(["-np", "2", "-H", "[fe80::1]:2", "true"], environ={})
     assert args.host_list == [("[fe80::1]", 2)]
 
 
@@ -76,10 +76,10 @@ def test_every_ssh_argv_tf_ring_builds_ends_its_options_before_the_host():
         rsh_agent, ssh_port = None, 22
     seed = spare_seeding.remote_argv(Args, "node7", "cmd")
     assert seed[0] == "ssh" and seed[-3:] == ["--", "node7", "cmd"]
-    stop = orphan_daemons.agent_argv("node7", "cmd", ssh_port=22)
+    stop = host_agent.agent_argv("node7", "cmd", ssh_port=22)
     assert stop[0] == "ssh" and stop[-3:] == ["--", "node7", "cmd"]
     # An ssh given as the agent gets it too; another program is called as
     # mpirun calls it (AGENT HOST COMMAND): names never start with '-'.
-    ssh_agent = orphan_daemons.agent_argv("n", "c", rsh_agent="/usr/bin/ssh -i k")
+    ssh_agent = host_agent.agent_argv("n", "c", rsh_agent="/usr/bin/ssh -i k")
     assert ssh_agent[-3:] == ["--", "n", "c"]
-    assert orphan_daemons.agent_argv("n", "c", rsh_agent="/x/agent") == ["/x/agent", "n", "c"]
+    assert host_agent.agent_argv("n", "c", rsh_agent="/x/agent") == ["/x/agent", "n", "c"]

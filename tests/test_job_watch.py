@@ -9,7 +9,8 @@ import threading
 import time
 
 
-from tf_ring.run import job_watch
+from tf_ring.plumbing.job_settings import WorldSettings
+from tf_ring.run import arguments, job_watch
 from tf_ring.run.job_watch import JobWatch
 
 TOKEN = "ab12"
@@ -259,7 +260,8 @@ def fake_elastic_worlds(monkeypatch, said_when_not_started):
         return 0
 
     monkeypatch.setattr(launcher, "_run_job", fake_run_job)
-    return launcher.parse_args(["-np", "2", "-H", "h0:1,h1:1", "true"]), outcomes
+    job = arguments.parse_args(["-np", "2", "-H", "h0:1,h1:1", "true"])
+    return WorldSettings.whole(job), outcomes
 
 
 def test_an_elastic_world_whose_mpirun_did_not_start_is_started_again_not_judged(monkeypatch, capsys):

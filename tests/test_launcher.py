@@ -12,11 +12,12 @@ import pytest
 
 from conftest import (MARKER_VAR, REPO, job_marker, marked_processes_left, processes_marked,
                       run_under_launcher)
-from tf_ring.run import check_build, engine_flags, launcher, layout
+from tf_ring.plumbing.job_settings import ElasticSettings, JobSettings, launcher_argv
+from tf_ring.run import arguments, check_build, engine_flags, launcher, layout
 
 
 def build(argv, **kw):
-    return launcher.build_command(launcher.parse_args(argv), **kw)
+    return launcher.build_command(arguments.parse_args(argv), **kw)
 
 
 def test_root_and_oversubscribe_flags():
@@ -84,7 +85,7 @@ def test_layout_fills_hosts_in_order():
 @pytest.mark.parametrize("hosts", ["a:0", "a:x", ":2", "a:2,,b"])
 def test_bad_host_list_is_a_usage_error(hosts, capsys):
     with pytest.raises(SystemExit) as e:
-        launcher.parse_args(["-np", "2", "-H", hosts, "python", "x.py"])
+        arguments.parse_args(["-np", "2", "-H", hosts, "python", "x.py"])
     assert e.value.code == 2
     assert "bad host entry" in capsys.readouterr().err
 
@@ -92,7 +93,7 @@ def test_bad_host_list_is_a_usage_error(hosts, capsys):
 # --- engine flags -----------------------------------------------------------
 
 def child_env(argv, base=None):
-    args = launcher.parse_args(argv + ["python", "x.py"])
+    args = arguments.parse_args(argv + ["python", "x.py"])
     return launcher.child_environment(args, base={} if base is None else base)
 
 
@@ -136,7 +137,7 @@ def test_flag_overrides_environment_and_absent_flag_keeps_it():
 
 
 def test_engine_flags_are_forwarded_to_remote_hosts():
-    args = launcher.parse_args(["-np", "2", "-H", "a:1,b:1", "--cycle-time-ms", "3", "python", "x.py"])
+    args = arguments.parse_args(["-np", "2", "-H", "a:1,b:1", "--cycle-time-ms", "3", "python", "x.py"])
     cmd = launcher.build_command(args, is_root=False, cores=1)
     forwarded = {cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"}
     assert "TF_RING_CYCLE_TIME" in forwarded
@@ -153,14 +154,34 @@ def test_engine_flags_are_forwarded_to_remote_hosts():
 ])
 def test_bad_engine_flag_values_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
-        launcher.parse_args(["-np", "2"] + argv + ["python", "x.py"])
+        arguments.parse_args(["-np", "2"] + argv + ["python", "x.py"])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert message in err and argv[0] in err
 
 
+def test_job_settings_go_through_tfringrun_s_command_line_unchanged():
+    """A hosted job hands tfringrun a JobSettings as flags (launcher_argv);
+    the launcher must parse back exactly what the caller built."""
+    elastic = ElasticSettings(min_np=2, max_np=4, discovery_script="/x/discover",
+                              slots_per_host=2, elastic_timeout=30.0, reset_limit=3,
+                              blacklist_cooldown_range=(1.0, 5.0), warm_spares=True)
+    jobs = [JobSettings(command=["python", "t.py"], np=2),
+            JobSettings(command=["sh", "-c", "echo $0"], np=5, host_list=[("a", 2), ("b", 2)],
+                        hosts_source="-H", oversubscribe=True, network_interface="eth1",
+                        ssh_port=2222, rsh_agent="/opt/agent --fast", start_timeout=30.5,
+                        bind_to="core", mpi_args="--mca btl self,tcp", detection_timeout=7.0,
+                        verbose=True, tf_logs=True, share_gpu=True),
+            JobSettings(command=["python", "t.py"], np=3, detection_timeout=120.0,
+                        elastic=elastic)]
+    for job in jobs:
+        assert arguments.parse_args(launcher_argv(job), environ={}) == job
+    with pytest.raises(ValueError, match="TF_RING_CYCLE_TIME"):
+        launcher_argv(JobSettings(command=["x"], np=1, engine_env={"TF_RING_CYCLE_TIME": "1"}))
+
+
 def test_help_documents_every_flag_and_its_variable():
-    parser = launcher._make_parser()
+    parser = arguments.make_parser()
     text = " ".join(parser.format_help().split())  # argparse wraps lines anywhere
     for flag in engine_flags.ENGINE_FLAGS:
         assert flag.flag in text
@@ -317,11 +338,11 @@ def test_tensorflow_logs_are_quieted_unless_the_user_asks_for_them():
     assert child_env(["-np", "2"],
                      base={"TF_CPP_MIN_LOG_LEVEL": "0"})["TF_CPP_MIN_LOG_LEVEL"] == "0"
     assert "TF_CPP_MIN_LOG_LEVEL" not in child_env(["-np", "2", "--tf-logs"])
-    args = launcher.parse_args(["-np", "2", "python", "t.py"])
+    args = arguments.parse_args(["-np", "2", "python", "t.py"])
     assert launcher._drops_tf_gpu_probe(args, environ={})
     assert not launcher._drops_tf_gpu_probe(args, environ={"TF_CPP_MIN_LOG_LEVEL": "0"})
     assert not launcher._drops_tf_gpu_probe(
-        launcher.parse_args(["-np", "2", "--tf-logs", "python", "t.py"]), environ={})
+        arguments.parse_args(["-np", "2", "--tf-logs", "python", "t.py"]), environ={})
 
 
 def test_the_libfabric_btl_is_left_out_unless_the_user_picks_btls():

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tf_ring.run import cluster_hosts, launcher, mpi_operator
+from tf_ring.run import arguments, cluster_hosts, launcher, mpi_operator
 from tf_ring.elastic_driver.discovery import parse_hosts, run_discovery
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,7 +31,7 @@ def hostfile(tmp_path, pods=2, slots=2):
 
 
 def parse(argv, environ):
-    return launcher.parse_args(argv + ["python", "x.py"], environ=environ)
+    return arguments.parse_args(argv + ["python", "x.py"], environ=environ)
 
 
 def mpirun(argv, environ):

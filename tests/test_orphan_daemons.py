@@ -4,6 +4,7 @@ import re
 import time
 
 from conftest import MARKER_VAR, job_marker, marked_processes_left
+from tf_ring.plumbing import host_agent
 from tf_ring.run import orphan_daemons
 
 DAEMON_ARGS = ("/venv/bin/prted --allow-run-as-root --prtemca ess env --prtemca ess_base_nspace "
@@ -25,9 +26,9 @@ def test_the_pattern_does_not_select_the_shell_that_runs_pkill():
 
 
 def test_agent_argv_uses_the_jobs_agent_or_batch_mode_ssh():
-    assert orphan_daemons.agent_argv("h1", "cmd", rsh_agent="/x/agent -q") == \
+    assert host_agent.agent_argv("h1", "cmd", rsh_agent="/x/agent -q") == \
         ["/x/agent", "-q", "h1", "cmd"]
-    argv = orphan_daemons.agent_argv("h1", "cmd", ssh_port=2222)
+    argv = host_agent.agent_argv("h1", "cmd", ssh_port=2222)
     assert argv[0] == "ssh" and "BatchMode=yes" in argv
     assert argv[argv.index("-p") + 1] == "2222" and argv[-2:] == ["h1", "cmd"]
 

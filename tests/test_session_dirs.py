@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from tf_ring.run import check_build, launcher
+from tf_ring.run import arguments, check_build, launcher
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BASE = os.environ.get("TMPDIR") or "/tmp"  # where a plain mpirun keeps them
 
 
 def command(argv, environ=None):
-    return launcher.build_command(launcher.parse_args(argv), is_root=False, cores=2,
+    return launcher.build_command(arguments.parse_args(argv), is_root=False, cores=2,
                                   environ=environ or {}, token="abc123")
 
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tf_ring.run import launcher
+from tf_ring.run import arguments, launcher
 from tf_ring.elastic_driver import warm_spares
 from tf_ring.plumbing import env_names
 
@@ -179,10 +179,10 @@ def test_runnable_targets():
 
 def test_the_launcher_wraps_the_command_only_in_an_elastic_restart_job(tmp_path):
     base = ["-np", "2", "--min-np", "1", "-H", "a:1,b:1"]
-    args = launcher.parse_args(base + ["--warm-spares", "python", "t.py"])
+    args = arguments.parse_args(base + ["--warm-spares", "python", "t.py"])
     cmd = launcher.build_command(args, is_root=False, cores=2, environ={})
     assert cmd[-6:] == [sys.executable, SCRIPT, "stand-in", "--", "python", "t.py"]
-    plain = launcher.build_command(launcher.parse_args(base + ["python", "t.py"]), is_root=False,
+    plain = launcher.build_command(arguments.parse_args(base + ["python", "t.py"]), is_root=False,
                                    cores=2, environ={})
     assert plain[-2:] == ["python", "t.py"] and "stand-in" not in plain
     for wrong, says in ((["-np", "2", "--warm-spares", "python", "t.py"], "elastic job"),

@@ -34,11 +34,6 @@ def plan_world(discovered, blacklist, min_np, max_np, survivors=()):
     return chosen, np
 
 
-def hosts_argument(chosen):
-    """The -H value mpirun gets for `chosen`."""
-    return ",".join("%s:%d" % (h, s) for h, s in chosen)
-
-
 def added_slots(previous, discovered, blacklist):
     """The usable hosts [(host, slots)] discovery now offers more slots on
     than the running world has (empty: nothing to notice rank 0 of)."""

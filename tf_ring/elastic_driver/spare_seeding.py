@@ -10,13 +10,12 @@ not ready within SEED_WAIT_S seconds leave the growth cold, as without
 the flag.
 """
 import shlex
-import socket
 import subprocess
 import sys
 import threading
 import time
 
-from tf_ring.plumbing import env_names, host_names
+from tf_ring.plumbing import env_names, host_agent
 from tf_ring.elastic_driver import warm_spares
 
 SEED_WAIT_S = 60.0
@@ -48,26 +47,22 @@ def seed_command(env, slots, wait_s=SEED_WAIT_S):
         shlex.quote(env[env_names.SPARE_DIR]), slots, wait_s)
 
 
-def remote_argv(args, host, command):
+def remote_argv(job, host, command):
     """How mpirun would reach `host`: its agent (ssh unless --rsh-agent), or
     nothing for this machine."""
-    if host in ("localhost", "127.0.0.1", socket.gethostname()):
+    if host_agent.is_this_machine(host):
         return ["sh", "-c", command]
-    if getattr(args, "rsh_agent", None):
-        agent = shlex.split(args.rsh_agent)
-        return agent + host_names.end_of_options(agent) + [host, command]
-    port = ["-p", str(args.ssh_port)] if getattr(args, "ssh_port", None) else []
-    return ["ssh", "-o", "BatchMode=yes"] + port + ["--", host, command]
+    return host_agent.agent_argv(host, command, job.rsh_agent, job.ssh_port)
 
 
-def seed_hosts(args, env, hosts, out, wait_s=SEED_WAIT_S):
+def seed_hosts(job, env, hosts, out, wait_s=SEED_WAIT_S):
     """Starts spares on every (host, slots) of `hosts` at once and waits
     for them; says on `out` what became ready. Returns the hosts that did."""
     began, ready = time.monotonic(), []
 
     def one(host, slots):
         try:
-            done = subprocess.run(remote_argv(args, host, seed_command(env, slots, wait_s)),
+            done = subprocess.run(remote_argv(job, host, seed_command(env, slots, wait_s)),
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, timeout=wait_s + 30)
         except (OSError, subprocess.TimeoutExpired) as e:

@@ -68,11 +68,11 @@ _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUS
                       signal.SIGUSR2)
 
 
-def rank_command(args):
-    """The argv mpirun runs for each rank (inside the rank wrapper)."""
-    if not getattr(args, "warm_spares", False):
-        return list(args.command)
-    return [sys.executable, SCRIPT, "stand-in", "--"] + list(args.command)
+def rank_command(job):
+    """The argv mpirun runs for each rank of `job` (inside the rank wrapper)."""
+    if job.elastic is None or not job.elastic.warm_spares:
+        return list(job.command)
+    return [sys.executable, SCRIPT, "stand-in", "--"] + list(job.command)
 
 
 def host_directory(base):

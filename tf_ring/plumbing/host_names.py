@@ -43,9 +43,6 @@ def split_slots(item):
     return name, slots
 
 
-def end_of_options(agent):
-    """["--"] after an ssh or rsh agent's own options, so nothing after it
-    is read as one; [] for another --rsh-agent program, which may not know
-    "--" (mpirun calls it as AGENT HOST COMMAND): validated names never
-    start with '-' there."""
-    return ["--"] if agent and agent[0].rsplit("/", 1)[-1] in ("ssh", "rsh") else []
+def hosts_argument(hosts):
+    """[("a", 2), ("b", 1)] -> "a:2,b:1": mpirun's --host form (and -H's)."""
+    return ",".join("%s:%d" % (name, slots) for name, slots in hosts)

@@ -153,8 +153,3 @@ def resolve(hosts_flag, hostfile, environ):
     if found:
         return found, "Slurm allocation (SLURM_JOB_NODELIST)"
     return operator_hosts(environ)
-
-
-def hosts_string(hosts):
-    """[("a", 2), ("b", 1)] -> "a:2,b:1" (mpirun's --host form)."""
-    return ",".join("%s:%d" % (name, slots) for name, slots in hosts)

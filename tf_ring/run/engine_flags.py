@@ -133,11 +133,11 @@ def add_to_parser(groups):
                                choices=flag.choices, default=None, help=help_text(flag))
 
 
-def environment(args):
-    """{variable: text} for the engine flags given in `args` (parsed by the launcher)."""
+def environment(namespace):
+    """{variable: text} for the engine flags given in `namespace` (argparse's)."""
     env = {}
     for flag in ENGINE_FLAGS:
-        value = getattr(args, dest(flag), None)
+        value = getattr(namespace, dest(flag))
         if value is None or value is False:
             continue
         env[flag.env] = flag.switch_value if flag.metavar is None else flag.to_env(value)
