@@ -146,8 +146,9 @@ def _elastic_argv(elastic):
             ("--recovery", elastic.recovery, RECOVERY_RESTART)):
         if value != default:
             argv += [flag, _text(value)]
-    if elastic.blacklist_cooldown_range is not None:
-        argv += ["--blacklist-cooldown-range"] + [_text(v) for v in elastic.blacklist_cooldown_range]
+    cooldown = elastic.blacklist_cooldown_range
+    if cooldown is not None:
+        argv += ["--blacklist-cooldown-range"] + [_text(v) for v in cooldown]
     if elastic.warm_spares:
         argv.append("--warm-spares")
     return argv
