@@ -12,7 +12,6 @@ import tf_ring
 import tf_ring.keras as hvd
 from keras_cases import (FEATURES, LR, PER_RANK_BATCH, RecordLearningRate, assert_same_on_all_ranks,
                          assert_weights_close, global_data, make_model, make_partial_model, shard)
-from tf_ring.training.gradient_reduction import variable_key
 
 # --- LearningRateWarmupCallback ---------------------------------------------------------------
 
@@ -73,13 +72,14 @@ def describe(optimizer, model):
     """Every DistributedOptimizer setting as the optimizer holds it; local
     variables by (layer index, weight index), which survive a reload."""
     s = optimizer._tf_ring_settings
+    r = s.reducer.settings
     local = [(i, j) for i, layer in enumerate(model.layers)
-             for j, var in enumerate(layer.trainable_weights) if variable_key(var) in s.local_keys]
-    return {"op": s.op, "compression": s.compression, "passes": s.passes,
-            "aggregate_scale": s.aggregate_scale, "sparse_as_dense": s.sparse_as_dense,
-            "prescale": s.prescale, "postscale": s.postscale,
-            "scale_local_gradients": s.scale_local_gradients,
-            "process_set": s.process_set.ranks, "local": local}
+             for j, var in enumerate(layer.trainable_weights) if s.reducer.is_local(var)]
+    return {"op": r.op, "compression": r.compression, "passes": s.passes,
+            "aggregate_scale": s.aggregate_scale, "sparse_as_dense": r.sparse_as_dense,
+            "prescale": r.prescale, "postscale": r.postscale,
+            "scale_local_gradients": r.scale_local_gradients,
+            "process_set": r.process_set.ranks, "local": local}
 
 
 def _set_data(ps, steps, seed):

@@ -88,6 +88,37 @@ def test_tf_function_tape_with_groups_matches_single_process():
     assert_same_weights(weights, train_reference(mlp_loss, make_mlp_weights))
 
 
+class PerVariableCompressor:
+    """A stateful compressor of the kind the gradient reducer lets take over
+    (its reduce_gradients seam, for issue 50's PowerSGD): it keeps a count
+    per variable, sends each gradient times that count and divides the sum
+    back. Right only if it sees every shared gradient with its own variable."""
+
+    def __init__(self):
+        self.calls = {}
+        self.seen = []
+
+    def reduce_gradients(self, grads, variables, wire):
+        self.seen.append([v.name for v in variables])
+        factors = []
+        for var in variables:
+            self.calls[var.name] = self.calls.get(var.name, 0) + 1
+            factors.append(float(self.calls[var.name] * (1 + len(factors))))
+        sent = wire.allreduce([g * f for g, f in zip(grads, factors)])
+        return [s / f for s, f in zip(sent, factors)]
+
+
+def test_a_per_variable_compressor_reduces_through_the_reducer():
+    weights = make_mlp_weights()
+    compressor = PerVariableCompressor()
+    for x, y in batches():
+        grads = distributed_step(weights, my_share(x), my_share(y), compression=compressor)
+        assert grads[3] is None  # None gradients never reach it
+    assert_same_weights(weights, train_reference(mlp_loss, make_mlp_weights))
+    assert compressor.seen == [["w1:0", "b1:0", "w2:0"]] * STEPS
+    assert compressor.calls == {"w1:0": STEPS, "b1:0": STEPS, "w2:0": STEPS}
+
+
 def test_tape_used_as_context_manager_and_persistent():
     weights = make_mlp_weights()
     x, y = next(batches())

@@ -2,10 +2,10 @@
 import tensorflow as tf
 
 from tf_ring.collectives.compression import Compression
-from tf_ring.training.gradient_reduction import (predivide_scales, reduce_except_local,
-                                                 resolve_groups, variable_key)
 from tf_ring.collectives.ops import Average
-from tf_ring.runtime.process_set import global_process_set, process_set_id_of
+from tf_ring.runtime.process_set import global_process_set
+from tf_ring.training.gradient_reduction import GradientReducer
+from tf_ring.training.gradient_settings import gradient_settings
 
 
 class DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
@@ -24,41 +24,28 @@ class DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
                  op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                  num_groups=0, groups=None, scale_local_gradients=True,
                  process_set=global_process_set):
-        process_set_id_of(process_set, "DistributedOptimizer")  # registered, or a clear error
-        self._process_set = process_set
         del device_dense, device_sparse, average_aggregated_gradients
         if backward_passes_per_step != 1:
             raise ValueError("tf_ring.DistributedOptimizer for v1 optimizers supports only "
                              "backward_passes_per_step=1.")
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("DistributedOptimizer: gradient_predivide_factor needs "
-                             "op=tf_ring.Average, got op=%r" % (op,))
+        settings = gradient_settings(
+            "DistributedOptimizer", op, compression, sparse_as_dense, gradient_predivide_factor,
+            num_groups, groups, scale_local_gradients, process_set)
         super().__init__(name=name or "Distributed" + type(optimizer).__name__,
                          use_locking=use_locking)
         self._optimizer = optimizer
-        self._op = op
-        self._compression = compression
-        self._sparse_as_dense = sparse_as_dense
-        self._groups = resolve_groups(num_groups, groups)
-        self._prescale, self._postscale = predivide_scales(op, gradient_predivide_factor)
-        self._scale_local_gradients = scale_local_gradients
-        self._local_keys = set()
+        self._reducer = GradientReducer(settings, self.get_name())
 
     def register_local_var(self, var):
         """Keeps `var`'s gradient local: it is not reduced over ranks."""
-        self._local_keys.add(variable_key(var))
+        self._reducer.register_local(var)
 
     def compute_gradients(self, *args, **kwargs):
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
         if not pairs:
             return pairs
         grads, variables = zip(*pairs)
-        reduced = reduce_except_local(
-            grads, variables, self._local_keys, self._scale_local_gradients, op=self._op,
-            compression=self._compression, sparse_as_dense=self._sparse_as_dense,
-            groups=self._groups, name=self.get_name(), prescale_factor=self._prescale,
-            postscale_factor=self._postscale, process_set=self._process_set)
-        return list(zip(reduced, variables))
+        return list(zip(self._reducer.reduce(grads, variables), variables))
 
     def apply_gradients(self, *args, **kwargs):
         return self._optimizer.apply_gradients(*args, **kwargs)

@@ -3,10 +3,10 @@ whose gradients are reduced over ranks, except those of local variables."""
 import tensorflow as tf
 
 from tf_ring.collectives.compression import Compression
-from tf_ring.training.gradient_reduction import (predivide_scales, reduce_except_local,
-                                                 resolve_groups, variable_key)
 from tf_ring.collectives.ops import Average
-from tf_ring.runtime.process_set import global_process_set, process_set_id_of
+from tf_ring.runtime.process_set import global_process_set
+from tf_ring.training.gradient_reduction import GradientReducer
+from tf_ring.training.gradient_settings import gradient_settings
 
 
 class DistributedGradientTape:
@@ -40,21 +40,11 @@ class DistributedGradientTape:
         if not isinstance(tape, tf.GradientTape):
             raise TypeError("DistributedGradientTape wraps a tf.GradientTape, got %r"
                             % type(tape).__name__)
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("DistributedGradientTape: gradient_predivide_factor needs "
-                             "op=tf_ring.Average (it splits the average's division), got op=%r"
-                             % (op,))
-        process_set_id_of(process_set, "DistributedGradientTape")  # registered, or a clear error
-        self._process_set = process_set
         self._tape = tape
-        self._op = op
-        self._compression = compression
-        self._sparse_as_dense = sparse_as_dense
-        self._groups = resolve_groups(num_groups, groups)
-        self._prescale, self._postscale = predivide_scales(op, gradient_predivide_factor)
-        self._scale_local_gradients = scale_local_gradients
-        self._local_keys = set()
-        self._name = name
+        self._reducer = GradientReducer(gradient_settings(
+            "DistributedGradientTape", op, compression, sparse_as_dense,
+            gradient_predivide_factor, num_groups, groups, scale_local_gradients, process_set),
+            name)
 
     def __getattr__(self, attr):
         return getattr(self._tape, attr)
@@ -69,19 +59,14 @@ class DistributedGradientTape:
     def register_local_source(self, source):
         """Keeps `source`'s gradient local: it is not reduced over ranks
         (divided by size() when scale_local_gradients, as in Horovod)."""
-        self._local_keys.add(variable_key(source))
+        self._reducer.register_local(source)
 
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE, use_generic_names=False):
         del use_generic_names  # Horovod's op naming option; names here come from the graph
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     unconnected_gradients=unconnected_gradients)
-        reduced = reduce_except_local(
-            tf.nest.flatten(grads), tf.nest.flatten(sources), self._local_keys,
-            self._scale_local_gradients, op=self._op, compression=self._compression,
-            sparse_as_dense=self._sparse_as_dense, groups=self._groups, name=self._name,
-            prescale_factor=self._prescale, postscale_factor=self._postscale,
-            process_set=self._process_set)
+        reduced = self._reducer.reduce(tf.nest.flatten(grads), tf.nest.flatten(sources))
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None,
@@ -95,7 +80,7 @@ class DistributedGradientTape:
                               use_generic_names=use_generic_names)
         local_pairs, global_pairs = [], []
         for var, grad in zip(tf.nest.flatten(sources), tf.nest.flatten(grads)):
-            pairs = local_pairs if variable_key(var) in self._local_keys else global_pairs
+            pairs = local_pairs if self._reducer.is_local(var) else global_pairs
             pairs.append((var, grad))
         return local_pairs, global_pairs
 
