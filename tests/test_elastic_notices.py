@@ -5,9 +5,10 @@ and the environment hookup of the notice source."""
 import json
 import socket
 
-from tf_ring.elastic import control_client, control_wire, hosts, notices
+from tf_ring.elastic import control_client, hosts, notices
+from tf_ring.plumbing import control_wire
 from tf_ring.elastic.errors import HostUpdateResult
-from tf_ring.run.control_service import ControlService
+from tf_ring.elastic_driver.control_service import ControlService
 
 
 def service_and_client(secret="s3cret", client_secret=None):

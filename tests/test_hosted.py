@@ -15,7 +15,7 @@ import time
 import cloudpickle
 import pytest
 
-from tf_ring.elastic.control_wire import ChannelError
+from tf_ring.plumbing.control_wire import ChannelError
 from tf_ring.hosted import frames, function_service, job, rsh_agent, task_service
 from tf_ring.spark import hosts_table
 

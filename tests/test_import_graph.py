@@ -157,17 +157,8 @@ def test_every_module_lives_in_a_room():
     assert homeless == [], "put these in a room of ROOMS (docs/architecture.md): %s" % homeless
 
 
-# Waiting for issue 47's channel work (which rewrites these files) to land:
-# then control_wire and tcp_listener move to tf_ring.plumbing and the
-# control service to tf_ring.elastic_driver, and this list goes.
-PENDING_MOVES = ("tf_ring.elastic.control_wire", "tf_ring.run.tcp_listener",
-                 "tf_ring.run.control_service")
-
-
 def test_rooms_import_only_the_floors_below_them():
-    upward = [i for i in _upward_imports(_graph()) if not i.endswith(PENDING_MOVES)
-              and not i.startswith(PENDING_MOVES)]
-    assert upward == []
+    assert _upward_imports(_graph()) == []
 
 
 def test_the_room_checker_finds_an_upward_import():

@@ -83,7 +83,7 @@ def _string_constants(path):
 
 
 # Files issue 47's channel work rewrites; their names move to env_names once it lands.
-PENDING_NAMES = ("tf_ring/elastic/control_wire.py", "tf_ring/hosted/frames.py",
+PENDING_NAMES = ("tf_ring/plumbing/control_wire.py", "tf_ring/hosted/frames.py",
                  "tf_ring/hosted/task_service.py", "tf_ring/hosted/rank_entry.py")
 
 

@@ -207,9 +207,10 @@ def test_6_another_users_garbage_on_the_control_channel_is_counted_and_harmless(
     """Row 6's notices now go over the control channel: nobody sends it
     non-ASCII and broken lines; each is refused and counted, and the job's
     own client is served as before."""
-    from tf_ring.elastic import control_client, control_wire
+    from tf_ring.elastic import control_client
+    from tf_ring.plumbing import control_wire
     from tf_ring.elastic.errors import HostUpdateResult
-    from tf_ring.run.control_service import ControlService
+    from tf_ring.elastic_driver.control_service import ControlService
 
     service = ControlService("s3cret", ["127.0.0.1"])
     port = int(service.environment()[control_wire.ADDRESS_ENV].rsplit(":", 1)[1])

@@ -1,5 +1,5 @@
 """Rank 0's end of the control channel to tfringrun's elastic driver
-(tf_ring.elastic.control_wire; the driver's end is tf_ring.run.control_service).
+(tf_ring.plumbing.control_wire; the driver's end is tf_ring.elastic_driver.control_service).
 
 One connection, opened on first use to the first launcher address that
 answers and proves the job's secret, reopened once if it breaks. The channel
@@ -11,8 +11,8 @@ import sys
 import threading
 import time
 
-from tf_ring.elastic import control_wire
-from tf_ring.elastic.control_wire import Channel, ChannelError
+from tf_ring.plumbing import control_wire
+from tf_ring.plumbing.control_wire import Channel, ChannelError
 
 CONNECT_TIMEOUT_S = 3.0
 # After the launcher could not be reached, commits do not wait on it again

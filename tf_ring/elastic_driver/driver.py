@@ -1,10 +1,10 @@
 """tfringrun's elastic mode (--min-np / --max-np / --host-discovery-script):
 a coordinated restart. The driver runs the job with the launcher's mpirun
 invocation, polls discovery about once a second, tells rank 0 about added
-slots through its control service
-(tf_ring.run.control_service, reached from any host), and relaunches the job when ranks ask
-for it (EXIT_HOSTS_UPDATED) or when ranks were lost (their hosts are then
-blacklisted). Non-elastic runs never enter this module."""
+slots through its control service (control_service, reached from any host),
+and relaunches the job when ranks ask for it (EXIT_HOSTS_UPDATED) or when
+ranks were lost (their hosts are then blacklisted). Non-elastic runs never
+enter this module."""
 import io
 import os
 import secrets
@@ -18,7 +18,7 @@ from tf_ring.plumbing import env_names, interface_addresses
 from tf_ring.plumbing.env_names import EXIT_HOSTS_UPDATED
 from tf_ring.plumbing.host_updates import HostUpdateResult
 from tf_ring.plumbing.job_settings import WorldSettings
-from tf_ring.run.control_service import ControlService
+from tf_ring.elastic_driver.control_service import ControlService
 
 POLL_S = 1.0
 

@@ -8,8 +8,8 @@ import socket
 import struct
 import threading
 
-from tf_ring.elastic import control_wire
-from tf_ring.elastic.control_wire import ChannelError, PeerClosed
+from tf_ring.plumbing import control_wire
+from tf_ring.plumbing.control_wire import ChannelError, PeerClosed
 
 JSON = b"j"
 # The per-job secret every hosted connection proves; it travels in the

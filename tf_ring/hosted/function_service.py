@@ -4,7 +4,7 @@ error. Frameworks add their own requests (a Spark task's registration)
 through `handlers`."""
 import threading
 
-from tf_ring.elastic.control_wire import ChannelError
+from tf_ring.plumbing.control_wire import ChannelError
 from tf_ring.hosted import server
 
 PAYLOAD, RESULT = b"p", b"r"

@@ -15,7 +15,8 @@ import tempfile
 import threading
 
 from tf_ring.hosted import frames, function_service, rank_entry, task_service
-from tf_ring.plumbing import interface_addresses
+from tf_ring.plumbing import interface_addresses, job_settings
+from tf_ring.plumbing.job_settings import JobSettings
 
 HOST_NAME = "tfring-host-%d"
 # The ranks run the task's own Python (task_service sets it for the daemon).
@@ -44,31 +45,20 @@ def machine_addresses(nics=None):
 
 def launcher_argv(num_proc, hosts, agent, start_timeout, nics=None, verbose=1, env_keys=(),
                   elastic=None):
-    """tfringrun's argv for `hosts` [(name, slots)], or with `elastic`
-    {"discovery": script, "min_np", "max_np", "elastic_timeout", "reset_limit"}
-    for hosts that the script lists as they come and go."""
-    argv = [sys.executable, "-m", "tf_ring.run", "-np", str(num_proc), "--rsh-agent", agent,
-            "--start-timeout", "%g" % start_timeout]
-    if elastic:
-        argv += ["--host-discovery-script", elastic["discovery"],
-                 "--min-np", str(elastic["min_np"]), "--max-np", str(elastic["max_np"])]
-        if elastic.get("elastic_timeout") is not None:
-            argv += ["--elastic-timeout", "%g" % elastic["elastic_timeout"]]
-        if elastic.get("reset_limit") is not None:
-            argv += ["--reset-limit", str(elastic["reset_limit"])]
-    else:
-        argv += ["-H", ",".join("%s:%d" % h for h in hosts)]
-    if nics:
-        argv += ["--network-interface", nics]
-    if verbose >= 2:
-        argv.append("--verbose")
+    """tfringrun's argv for `hosts` [(name, slots)], or with `elastic` (an
+    ElasticSettings whose discovery script lists the hosts as they come and
+    go) for an elastic job: the job's JobSettings as flags."""
     # Every daemon is started from the driver: PRRTE's tree spawn would have
     # the first daemons run the agent on their hosts, where it does not exist.
     mpi_args = ["--prtemca", "plm_ssh_no_tree_spawn", "1"]
     for key in sorted(env_keys):  # tfringrun forwards TF_*, PATH and a few more by itself
         mpi_args += ["-x", shlex.quote(key)]
-    argv += ["--mpi-args", " ".join(mpi_args)]
-    return argv + ["--", "sh", "-c", RANK_COMMAND]
+    settings = JobSettings(
+        command=["sh", "-c", RANK_COMMAND], np=num_proc,
+        host_list=None if elastic else list(hosts), rsh_agent=agent,
+        start_timeout=float(start_timeout), network_interface=nics or None,
+        verbose=verbose >= 2, mpi_args=" ".join(mpi_args), elastic=elastic)
+    return [sys.executable, "-m", "tf_ring.run"] + job_settings.launcher_argv(settings)
 
 
 class HostNames:

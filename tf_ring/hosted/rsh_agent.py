@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from tf_ring.elastic.control_wire import ChannelError
+from tf_ring.plumbing.control_wire import ChannelError
 from tf_ring.hosted import frames, task_service
 
 # ssh options that take a value (mpirun may add some of its plm_rsh_args).

@@ -1,9 +1,9 @@
 """A TCP listener whose connections must prove the job's secret before
 their handler sees them: one thread per connection; a connection that
 fails the proof or breaks the protocol is dropped and counted."""
-from tf_ring.elastic.control_wire import ChannelError, PeerClosed
+from tf_ring.plumbing.control_wire import ChannelError, PeerClosed
 from tf_ring.hosted import frames
-from tf_ring.run.tcp_listener import TcpListener
+from tf_ring.plumbing.tcp_listener import TcpListener
 
 
 class Server:

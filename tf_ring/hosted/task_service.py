@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 
-from tf_ring.elastic.control_wire import ChannelError, PeerClosed
+from tf_ring.plumbing.control_wire import ChannelError, PeerClosed
 from tf_ring.hosted import server
 from tf_ring.plumbing import process_tree
 

@@ -7,7 +7,7 @@ service starts Open MPI's daemon for the host's ranks meanwhile. A failed
 job fails the task with the job's error, so the Spark job fails too."""
 import socket
 
-from tf_ring.elastic.control_wire import ChannelError
+from tf_ring.plumbing.control_wire import ChannelError
 from tf_ring.hosted import frames, job, task_service
 from tf_ring.spark import hosts_table
 

@@ -1,4 +1,4 @@
-"""The elastic driver's end of the control channel (tf_ring.elastic.control_wire).
+"""The elastic driver's end of the control channel (tf_ring.plumbing.control_wire).
 
 It holds what the launcher and the job's rank 0 tell each other, wherever
 rank 0 runs: the host-change notices of the running world (rank 0 asks for
@@ -12,9 +12,9 @@ connection (rank 0 keeps one open); a connection that fails the handshake is
 dropped and counted."""
 import threading
 
-from tf_ring.elastic import control_wire
-from tf_ring.elastic.control_wire import Channel, ChannelError, PeerClosed
-from tf_ring.run.tcp_listener import TcpListener
+from tf_ring.plumbing import control_wire
+from tf_ring.plumbing.control_wire import Channel, ChannelError, PeerClosed
+from tf_ring.plumbing.tcp_listener import TcpListener
 
 
 class ControlService:
