@@ -10,17 +10,19 @@ import os
 import pickle
 import shlex
 import subprocess
-import sys
 import tempfile
 import threading
 
 from tf_ring.hosted import frames, function_service, rank_entry, task_service
-from tf_ring.plumbing import endpoints
+from tf_ring.plumbing import endpoints, module_command
 from tf_ring.run import interface_addresses
 
 HOST_NAME = "tfring-host-%d"
-# The ranks run the task's own Python (task_service sets it for the daemon).
-RANK_COMMAND = 'exec "${%s:-python3}" -m tf_ring.hosted.rank_entry' % task_service.PYTHON_ENV
+# The ranks run the task's own Python (task_service sets it for the daemon),
+# whose version is not known here: without the working directory on the
+# module path (module_command).
+RANK_COMMAND = module_command.module_shell("tf_ring.hosted.rank_entry",
+                                           '"${%s:-python3}"' % task_service.PYTHON_ENV)
 
 
 class JobFailed(RuntimeError):
@@ -49,8 +51,8 @@ def launcher_argv(num_proc, hosts, agent, start_timeout, nics=None, verbose=1, e
     """tfringrun's argv for `hosts` [(name, slots)], or with `elastic`
     {"discovery": script, "min_np", "max_np", "elastic_timeout", "reset_limit"}
     for hosts that the script lists as they come and go."""
-    argv = [sys.executable, "-m", "tf_ring.run", "-np", str(num_proc), "--rsh-agent", agent,
-            "--start-timeout", "%g" % start_timeout]
+    argv = module_command.module_argv("tf_ring.run") + [
+        "-np", str(num_proc), "--rsh-agent", agent, "--start-timeout", "%g" % start_timeout]
     if elastic:
         argv += ["--host-discovery-script", elastic["discovery"],
                  "--min-np", str(elastic["min_np"]), "--max-np", str(elastic["max_np"])]
@@ -103,8 +105,10 @@ class AgentDirectory:
         self.path = self._tmp.name
         self._map, self._list = (os.path.join(self.path, n) for n in ("hosts.json", "hosts.txt"))
         self.set_hosts([])
-        self.agent = self._script("rsh_agent", "exec %s -m tf_ring.hosted.rsh_agent --hosts %s "
-                                  "\"$@\"" % (shlex.quote(sys.executable), shlex.quote(self._map)))
+        # The agent runs in this private directory, not in mpirun's.
+        agent = module_command.module_argv("tf_ring.hosted.rsh_agent") + ["--hosts", self._map]
+        self.agent = self._script("rsh_agent", "cd %s && exec %s \"$@\"" % (
+            shlex.quote(self.path), " ".join(shlex.quote(w) for w in agent)))
         self.discovery = self._script("discover_hosts", "exec cat %s" % shlex.quote(self._list))
 
     def set_hosts(self, hosts):
