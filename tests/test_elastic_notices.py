@@ -122,6 +122,7 @@ def test_a_fake_launcher_is_refused_by_the_rank():
 
     def serve():
         conn, _ = fake.accept()
+        fake.close()  # the client's retry finds nobody
         with conn:
             conn.sendall(_frame(json.dumps({"nonce": "ab" * 16}).encode()))
             _read_frame(conn)

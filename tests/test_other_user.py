@@ -237,7 +237,7 @@ def test_6_another_users_garbage_on_the_control_channel_is_counted_and_harmless(
         service.close()
 
 
-# -- issue 47: the hosted job's `python -m` children ------------------------------
+# -- issue 47: the hosted job's `python -m` children, the estimator's store ---
 
 PLANTED = ("import os\n"
            "with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), 'planted-ran'),"
@@ -298,3 +298,31 @@ def test_47_the_rsh_agent_and_tfringrun_started_there_import_nothing_planted(pla
         service.close()
     assert not (planted / "planted-ran").exists()
 
+
+def test_47_the_estimators_run_directory_is_private_and_another_users_is_refused(shared):
+    from tf_ring.spark.keras import store
+    run_dir = str(shared / "run-private")
+    old = os.umask(0)
+    try:
+        store.make_run_dir(run_dir, "private")
+        for name in ("train", "val"):
+            os.mkdir(os.path.join(run_dir, name), 0o755)  # as a writer with umask 022 would
+            with open(os.path.join(run_dir, name, "part-0.parquet"), "w") as f:
+                f.write("rows")
+            os.chmod(os.path.join(run_dir, name, "part-0.parquet"), 0o644)
+        store.settle_modes(run_dir, "private")
+        group_dir = store.make_run_dir(str(shared / "run-group"), "group")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(os.path.join(run_dir, "train", "part-0.parquet")).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(group_dir).st_mode) & 0o777 == 0o770
+    read = as_nobody("print(open(%r).read())" % os.path.join(run_dir, "train", "part-0.parquet"))
+    assert read.returncode != 0 and "PermissionError" in read.stderr, read.stdout
+    # A run_id another user made first (or linked elsewhere) is refused by name.
+    squatted = str(shared / "run-squatted")
+    assert as_nobody("import os; os.mkdir(%r, 0o777)" % squatted).returncode == 0
+    with pytest.raises(ValueError, match="refusing the run directory %s" % squatted):
+        store.make_run_dir(squatted, "private")
+    with pytest.raises(ValueError, match="store_mode='world'"):
+        store.check_mode("world")
