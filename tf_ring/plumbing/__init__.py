@@ -1,1 +1,1 @@
-"""The shared floor below the launcher and the jobs: wire protocol, channel authentication, endpoints."""
+"""The shared floor below the launcher and the jobs: wire, channel authentication, endpoints."""
