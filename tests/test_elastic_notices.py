@@ -4,11 +4,13 @@ shrunk size and of commits, what a stranger without the secret gets (nothing),
 and the environment hookup of the notice source."""
 import json
 import socket
+import struct
 
 from tf_ring.elastic import control_client, hosts, notices
 from tf_ring.plumbing import control_wire
 from tf_ring.elastic.errors import HostUpdateResult
 from tf_ring.elastic_driver.control_service import ControlService
+from tf_ring.plumbing import endpoints
 
 
 def service_and_client(secret="s3cret", client_secret=None):
@@ -82,18 +84,27 @@ def test_a_client_without_the_secret_learns_and_changes_nothing(capsys):
         service.close()
 
 
+def _frame(payload):
+    """A frame as the wire carries it before the proof: kind, length, payload."""
+    return struct.pack(">cI", b"j", len(payload)) + payload
+
+
+def _read_frame(sock):
+    head = sock.recv(5, socket.MSG_WAITALL)
+    if not head:
+        return None
+    return json.loads(sock.recv(struct.unpack(">cI", head)[1], socket.MSG_WAITALL))
+
+
 def test_a_stranger_gets_only_a_nonce_and_garbage_is_refused():
     service = ControlService("s3cret", ["127.0.0.1"])
-    port = int(service.environment()[control_wire.ADDRESS_ENV].rsplit(":", 1)[1])
     try:
-        for attempt in (b'{"op": "notices", "since": 0}\n', b"\xff\xfe not json\n",
-                        json.dumps({"nonce": "n", "proof": "\u00e9" * 64}).encode() + b"\n"):
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-                reader = sock.makefile("rb")
-                greeting = json.loads(reader.readline())
-                assert set(greeting) == {"nonce"}
-                sock.sendall(attempt)
-                assert reader.readline() == b""  # dropped without an answer
+        for attempt in (b'{"op": "notices", "since": 0}', b"\xff\xfe not json",
+                        json.dumps({"nonce": "n", "proof": "\u00e9" * 64}).encode()):
+            with socket.create_connection(("127.0.0.1", service.port), timeout=5) as sock:
+                assert set(_read_frame(sock)) == {"nonce"}
+                sock.sendall(_frame(attempt))
+                assert sock.recv(4096) == b""  # dropped without an answer
         assert service.refused == 3
     finally:
         service.close()
@@ -106,17 +117,18 @@ def test_a_fake_launcher_is_refused_by_the_rank():
     fake.bind(("127.0.0.1", 0))
     fake.listen(1)
     client = control_client.from_environment({
-        control_wire.ADDRESS_ENV: "127.0.0.1:%d" % fake.getsockname()[1],
+        control_wire.ADDRESS_ENV: endpoints.format_endpoint("0" * 32, ["127.0.0.1"],
+                                                            fake.getsockname()[1]),
         control_wire.SECRET_ENV: "s3cret"})
 
     def serve():
         conn, _ = fake.accept()
+        fake.close()  # the client's retry finds nobody
         with conn:
-            reader = conn.makefile("rb")
-            conn.sendall(b'{"nonce": "abc"}\n')
-            reader.readline()
-            conn.sendall(b'{"proof": "%s"}\n' % (b"0" * 64))
-            conn.sendall(b'{"notices": [[1.0, 2]], "next": 1}\n')
+            conn.sendall(_frame(json.dumps({"nonce": "ab" * 16}).encode()))
+            _read_frame(conn)
+            conn.sendall(_frame(json.dumps({"proof": "0" * 64}).encode()))
+            conn.sendall(_frame(b'{"notices": [[1.0, 2]], "next": 1}'))
     import threading
     threading.Thread(target=serve, daemon=True).start()
     try:

@@ -35,7 +35,7 @@ def service():
 
 def _agent(svc, tmp_path, command, secret=None, extra_env=None, **popen):
     hosts = tmp_path / "hosts.json"
-    hosts.write_text(json.dumps({"tfring-host-0": "127.0.0.1:%d" % svc.port}))
+    hosts.write_text(json.dumps({"tfring-host-0": svc.endpoint(["127.0.0.1"])}))
     env = dict(os.environ, **(extra_env or {}))
     env[frames.SECRET_ENV] = secret or svc.secret
     argv = [sys.executable, "-m", "tf_ring.hosted.rsh_agent", "--hosts", str(hosts),
@@ -74,7 +74,7 @@ def test_only_open_mpi_settings_travel_to_the_daemon(service, tmp_path):
 
 
 def test_a_request_setting_other_variables_is_refused(service):
-    channel = frames.connect([("127.0.0.1", service.port)], service.secret)
+    channel = frames.connect(service.endpoint(["127.0.0.1"]), service.secret, frames.TASK)
     channel.send({"run": "true", "env": {"LD_PRELOAD": "/tmp/evil.so"}})
     with pytest.raises((ChannelError, OSError)):
         channel.receive_frame()
@@ -183,15 +183,15 @@ def test_a_function_the_ranks_cannot_load_fails_naming_them(service, tmp_path, m
     from only_the_driver_has_it import train
     with pytest.raises(job.JobFailed, match="(?s)rank 0, 1 failed.*ModuleNotFoundError: No "
                                             "module named 'only_the_driver_has_it'"):
-        job.run_function(train, (), {}, [("127.0.0.1:%d" % service.port, 2)], service.secret,
+        job.run_function(train, (), {}, [(service.endpoint(["127.0.0.1"]), 2)], service.secret,
                          cloudpickle.dumps, "cloudpickle", start_timeout=120)
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_function_runs_on_every_rank_through_the_task_service(service, ranks, capsys):
-    results = job.run_function(_ranks_report, (10,), {}, [("127.0.0.1:%d" % service.port, ranks)],
-                               service.secret, cloudpickle.dumps, "cloudpickle",
-                               start_timeout=120)
+    hosts = [(service.endpoint(["127.0.0.1"]), ranks)]
+    results = job.run_function(_ranks_report, (10,), {}, hosts, service.secret,
+                               cloudpickle.dumps, "cloudpickle", start_timeout=120)
     expected_total = sum(r + 10 for r in range(ranks))
     assert [r[:4] for r in results] == [(r, ranks, ranks, expected_total) for r in range(ranks)]
     assert service.commands_run == 1  # one daemon for the host, started through its service

@@ -7,6 +7,7 @@ import pathlib
 import pickle
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -205,24 +206,23 @@ def test_9_tfringrun_stops_before_mpirun_naming_a_squatted_session_base(monkeypa
 
 def test_6_another_users_garbage_on_the_control_channel_is_counted_and_harmless():
     """Row 6's notices now go over the control channel: nobody sends it
-    non-ASCII and broken lines; each is refused and counted, and the job's
+    non-ASCII and broken frames; each is refused and counted, and the job's
     own client is served as before."""
     from tf_ring.elastic import control_client
-    from tf_ring.plumbing import control_wire
     from tf_ring.elastic.errors import HostUpdateResult
     from tf_ring.elastic_driver.control_service import ControlService
 
     service = ControlService("s3cret", ["127.0.0.1"])
-    port = int(service.environment()[control_wire.ADDRESS_ENV].rsplit(":", 1)[1])
     try:
         sent = as_nobody(
-            "import socket\n"
-            "for line in (b'\\xff\\xfe\\n',"
-            " '{\"nonce\": \"n\", \"proof\": \"\\u00e9\"}\\n'.encode(),"
-            " b'{\"op\": \"notices\", \"since\": 0}\\n'):\n"
+            "import socket, struct\n"
+            "for payload in (b'\\xff\\xfe',"
+            " '{\"nonce\": \"n\", \"proof\": \"\\u00e9\"}'.encode(),"
+            " b'{\"op\": \"notices\", \"since\": 0}'):\n"
             "    s = socket.create_connection(('127.0.0.1', %d), timeout=5)\n"
-            "    s.makefile('rb').readline(); s.sendall(line)\n"
-            "    print('ANSWER', s.makefile('rb').readline())\n" % port)
+            "    s.recv(struct.unpack('>cI', s.recv(5))[1], socket.MSG_WAITALL)  # the nonce\n"
+            "    s.sendall(struct.pack('>cI', b'j', len(payload)) + payload)\n"
+            "    print('ANSWER', s.recv(4096))\n" % service.port)
         assert sent.stdout.count("ANSWER b''") == 3, sent.stdout + sent.stderr
         deadline = time.time() + 5
         while service.refused < 3 and time.time() < deadline:
@@ -237,3 +237,94 @@ def test_6_another_users_garbage_on_the_control_channel_is_counted_and_harmless(
             client.close()
     finally:
         service.close()
+
+
+# -- issue 47: the hosted job's `python -m` children, the estimator's store ---
+
+PLANTED = ("import os\n"
+           "with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), 'planted-ran'),"
+           " 'a') as f:\n"
+           "    f.write(os.environ.get('TF_RING_HOSTED_SECRET', '-') + '\\n')\n")
+
+
+@pytest.fixture
+def planted(shared):
+    """`shared` with a tf_ring package nobody planted in it: a child that
+    starts there with the directory on its module path imports it."""
+    made = as_nobody("import os; os.mkdir(%r); open(%r, 'w').write(%r)" % (
+        str(shared / "tf_ring"), str(shared / "tf_ring" / "__init__.py"), PLANTED))
+    assert made.returncode == 0, made.stderr
+    return shared
+
+
+def _forty_two():
+    return 42  # the rank cannot import this module: cloudpickle sends it by value
+
+
+def test_47_a_rank_started_in_a_shared_directory_imports_nothing_planted_there(planted):
+    import cloudpickle
+    from tf_ring.hosted import frames, function_service, job, rank_entry, task_service
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    payload = cloudpickle.dumps((_forty_two, (), {}, "cloudpickle"))
+    service = function_service.FunctionService("s3cret", payload, 1, "127.0.0.1")
+    try:
+        env = dict(os.environ, OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="1",
+                   **{frames.SECRET_ENV: "s3cret", task_service.PYTHON_ENV: sys.executable,
+                      rank_entry.FUNCTION_ENV: service.endpoint(["127.0.0.1"])})
+        ran = subprocess.run(["sh", "-c", job.RANK_COMMAND], cwd=str(planted), env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0, ran.stderr
+        assert pickle.loads(service.results[0]) == 42
+    finally:
+        service.close()
+    assert not (planted / "planted-ran").exists()
+
+
+def test_47_the_rsh_agent_and_tfringrun_started_there_import_nothing_planted(planted):
+    from tf_ring.hosted import frames, job, task_service
+    service = task_service.TaskService("s3cret", "127.0.0.1")
+    directory = job.AgentDirectory()
+    try:
+        directory.set_hosts([("tfring-host-0", service.endpoint(["127.0.0.1"]), 1)])
+        env = dict(os.environ, **{frames.SECRET_ENV: "s3cret"})
+        agent = subprocess.run([directory.agent, "tfring-host-0", "echo", "reached"],
+                               cwd=str(planted), env=env, capture_output=True, text=True,
+                               timeout=60)
+        assert (agent.returncode, agent.stdout) == (0, "reached\n"), agent.stderr
+        argv = job.launcher_argv(1, [("tfring-host-0", 1)], directory.agent, 10)
+        launcher = subprocess.run(argv[:argv.index("-np")] + ["--help"], cwd=str(planted),
+                                  env=env, capture_output=True, text=True, timeout=60)
+        assert launcher.returncode == 0 and "usage" in launcher.stdout, launcher.stderr
+    finally:
+        directory.close()
+        service.close()
+    assert not (planted / "planted-ran").exists()
+
+
+def test_47_the_estimators_run_directory_is_private_and_another_users_is_refused(shared):
+    from tf_ring.spark.keras import store
+    run_dir = str(shared / "run-private")
+    old = os.umask(0)
+    try:
+        store.make_run_dir(run_dir, "private")
+        for name in ("train", "val"):
+            os.mkdir(os.path.join(run_dir, name), 0o755)  # as a writer with umask 022 would
+            with open(os.path.join(run_dir, name, "part-0.parquet"), "w") as f:
+                f.write("rows")
+            os.chmod(os.path.join(run_dir, name, "part-0.parquet"), 0o644)
+        store.settle_modes(run_dir, "private")
+        group_dir = store.make_run_dir(str(shared / "run-group"), "group")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(os.path.join(run_dir, "train", "part-0.parquet")).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(group_dir).st_mode) & 0o777 == 0o770
+    read = as_nobody("print(open(%r).read())" % os.path.join(run_dir, "train", "part-0.parquet"))
+    assert read.returncode != 0 and "PermissionError" in read.stderr, read.stdout
+    # A run_id another user made first (or linked elsewhere) is refused by name.
+    squatted = str(shared / "run-squatted")
+    assert as_nobody("import os; os.mkdir(%r, 0o777)" % squatted).returncode == 0
+    with pytest.raises(ValueError, match="refusing the run directory %s" % squatted):
+        store.make_run_dir(squatted, "private")
+    with pytest.raises(ValueError, match="store_mode='world'"):
+        store.check_mode("world")

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from tf_ring.plumbing import endpoints
 from tf_ring.ray import RayExecutor, placement
 
 SETTINGS = RayExecutor.create_settings()
@@ -100,6 +101,7 @@ def test_the_agent_gives_ranks_the_threads_of_their_cpus(monkeypatch):
     host_agent = agent.HostAgent("ab" * 32, nics="127.0.0.0/8", cpus_per_worker=3.5)
     try:
         assert os.environ["OMP_NUM_THREADS"] == "3"
-        assert host_agent.info()["service"] == "127.0.0.1:%d" % host_agent._service.port
+        service = endpoints.parse_endpoint(host_agent.info()["service"])
+        assert (service.addresses, service.port) == (["127.0.0.1"], host_agent._service.port)
     finally:
         host_agent.close()

@@ -92,3 +92,5 @@ def test_keras_estimator_fits_and_transforms_a_dataframe(local_cluster_runs, ran
     assert run["test_accuracy"] > 0.85, run
     assert run["transform_rows"] == 300
     assert run["transform_max_difference"] < 1e-5, run
+    # The training data is the user's: a private run directory, private files.
+    assert run["store_modes"] == {"run dir": ["700"], "dirs": ["700"], "files": ["600"]}, run

@@ -8,22 +8,24 @@ machine cannot carry these: on a cluster rank 0 runs on another host, with
 its own /dev/shm and /tmp.
 
 One listening TCP socket, bound to the addresses the job uses; a thread per
-connection (rank 0 keeps one open); a connection that fails the handshake is
-dropped and counted."""
+connection (rank 0 keeps one open); a connection that fails the handshake,
+or any sealed frame's check after it, is dropped, counted and logged
+(tf_ring.plumbing.authenticated_server)."""
 import threading
 
 from tf_ring.plumbing import control_wire
-from tf_ring.plumbing.control_wire import Channel, ChannelError, PeerClosed
-from tf_ring.plumbing.tcp_listener import TcpListener
+from tf_ring.plumbing.control_wire import ChannelError
+from tf_ring.plumbing import endpoints
+from tf_ring.plumbing.authenticated_server import AuthenticatedServer
 
 
 class ControlService:
     def __init__(self, secret, addresses, bind_address="0.0.0.0"):
         """`addresses`: where the ranks should try to reach this machine, in
         order; `bind_address`: where to listen (one address of the job's
-        network with --network-interface, else every address)."""
-        self.secret, self.addresses = secret, list(addresses)
-        self.refused = 0  # connections that failed the handshake or broke the protocol
+        network with --network-interface, else every address). Host-local
+        addresses are offered only when there is nothing else."""
+        self.secret, self.addresses = secret, endpoints.published(addresses)
         self._lock = threading.Lock()
         self._notices = []  # [(timestamp, result)] of the running world
         self._world_size = None
@@ -31,13 +33,22 @@ class ControlService:
         # per fragment when the shrink split the world (docs/elastic.md).
         self._fragments = []
         self._committed = 0
-        self._listener = TcpListener(bind_address, self._serve, "tfringrun-control", backlog=16)
+        self._server = AuthenticatedServer(secret, control_wire.LABEL, self._serve, bind_address,
+                                           control_wire.MAX_LINE, "tfringrun-control", backlog=16)
 
     # -- the driver's side ---------------------------------------------------
     def environment(self):
         """What the ranks need to reach this service (the secret travels apart)."""
-        return {control_wire.ADDRESS_ENV: "%s:%d" % (",".join(self.addresses),
-                                                     self._listener.port)}
+        return {control_wire.ADDRESS_ENV: self._server.endpoint(self.addresses)}
+
+    @property
+    def refused(self):
+        """Connections that failed the handshake or broke the protocol."""
+        return self._server.refused
+
+    @property
+    def port(self):
+        return self._server.port
 
     def new_world(self):
         """A new world starts: its rank 0 has heard nothing yet, and it has not shrunk."""
@@ -71,25 +82,14 @@ class ControlService:
             return self._committed
 
     def close(self):
-        self._listener.close()
+        self._server.close()
 
     # -- the ranks' side ------------------------------------------------------
 
-    def _serve(self, conn):
-        channel = Channel(conn)
-        try:
-            conn.settimeout(control_wire.HANDSHAKE_TIMEOUT_S)
-            control_wire.launcher_handshake(channel, self.secret)
-            conn.settimeout(None)
-            while True:
-                channel.send(self._answer(channel.receive()))
-        except PeerClosed:
-            pass  # rank 0 ended, or reconnects
-        except (ChannelError, OSError, ValueError, TypeError):
-            with self._lock:
-                self.refused += 1
-        finally:
-            channel.close()
+    def _serve(self, channel):
+        """One proven rank 0's requests, until it closes (it ended, or reconnects)."""
+        while True:
+            channel.send(self._answer(channel.receive()))
 
     def _answer(self, request):
         op = request.get("op")

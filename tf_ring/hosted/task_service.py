@@ -8,8 +8,8 @@ import subprocess
 import sys
 import threading
 
-from tf_ring.plumbing.control_wire import ChannelError, PeerClosed
-from tf_ring.hosted import server
+from tf_ring.hosted import frames, server
+from tf_ring.plumbing.sealed_frames import ChannelError, PeerClosed
 from tf_ring.plumbing import process_tree
 
 OUT, ERR = b"o", b"e"
@@ -27,11 +27,20 @@ class TaskService:
         self.commands_run = 0
         self._children, self._lock = [], threading.Lock()
         self._closed = False
-        self._server = server.Server(secret, self._serve, bind_address, name="tf_ring-task")
+        self._server = server.Server(secret, frames.TASK, self._serve, bind_address,
+                                     name="tf_ring-task")
 
     @property
     def port(self):
         return self._server.port
+
+    @property
+    def service_id(self):
+        return self._server.service_id
+
+    def endpoint(self, addresses):
+        """What the rsh agent is told to reach this service (its addresses here)."""
+        return self._server.endpoint(addresses)
 
     def close(self):
         """Stops listening and kills every daemon still running."""
