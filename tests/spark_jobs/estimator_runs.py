@@ -1,4 +1,4 @@
-"""KerasEstimator runs for tests/test_spark.py (called by digits_on_spark.py
+"""KerasEstimator runs for tests/integration/test_spark.py (called by digits_on_spark.py
 in the driver's session): scikit-learn's bundled digits as a DataFrame
 (pixels as an ML vector, so the vector-to-array path runs; every fifth row
 held out for validation by a column; a separate test set), fit on N ranks,

@@ -109,7 +109,7 @@ class WorldSettings:
 
 def launcher_argv(job):
     """tfringrun's flags and command for `job` (what a hosted job runs):
-    parsing them gives `job` back (tests/test_launcher.py). What the launcher
+    parsing them gives `job` back (tests/unit/test_launcher.py). What the launcher
     finds in its own environment (hosts_source, prrte_settings, orte_warning)
     it finds again there; engine_env has no flags here (hosted jobs pass
     engine settings in the ranks' environment)."""
