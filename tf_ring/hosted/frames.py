@@ -6,12 +6,12 @@ not carry. Every service of a hosted job has an endpoint
 "SERVICE_ID.HOST_KEY@addr,...:port" (tf_ring.plumbing.endpoints) and a
 label its clients name: the task services "task", the driver's function
 service "function"."""
-from tf_ring.plumbing import handshake
+from tf_ring.plumbing import env_names, handshake
 from tf_ring.plumbing.sealed_frames import JSON, ChannelError, PeerClosed  # noqa: F401
 
 # The per-job secret every hosted connection proves; it travels in the
 # environment (mpirun forwards it to the ranks), never on a command line.
-SECRET_ENV = "TF_RING_HOSTED_SECRET"
+SECRET_ENV = env_names.HOSTED_SECRET
 MAX_PROVEN = 1 << 31  # a pickled result may be large once the peer is proven
 TASK, FUNCTION = "task", "function"
 

@@ -8,10 +8,11 @@ import pickle
 import sys
 import traceback
 
+from tf_ring.plumbing import env_names
 from tf_ring.plumbing.env_names import ELASTIC_WORLD as WORLD_ENV
 from tf_ring.hosted import frames, function_service
 
-FUNCTION_ENV = "TF_RING_HOSTED_FUNCTION"  # the endpoint of the driver's function service
+FUNCTION_ENV = env_names.HOSTED_FUNCTION  # the endpoint of the driver's function service
 
 
 def main():

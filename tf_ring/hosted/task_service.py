@@ -10,7 +10,7 @@ import threading
 
 from tf_ring.hosted import frames, server
 from tf_ring.plumbing.sealed_frames import ChannelError, PeerClosed
-from tf_ring.plumbing import process_tree
+from tf_ring.plumbing import env_names, process_tree
 
 OUT, ERR = b"o", b"e"
 # What the agent may set for the daemon: Open MPI's and PRRTE's settings and
@@ -19,7 +19,7 @@ OUT, ERR = b"o", b"e"
 FORWARDED_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "OMPI_ALLOW_RUN_AS_ROOT")
 # The daemon's ranks start this Python (the task's own, which may differ
 # from the driver's) through tf_ring.hosted.job's rank command.
-PYTHON_ENV = "TF_RING_TASK_PYTHON"
+PYTHON_ENV = env_names.TASK_PYTHON
 
 
 class TaskService:

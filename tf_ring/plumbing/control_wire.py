@@ -10,11 +10,11 @@ HMAC under per-connection keys. A process without the secret can neither
 feed rank 0 notices nor read or change the launcher's view, and cannot take
 over a connection a rank opened. Standard library only: the launcher
 imports it without TensorFlow."""
-from tf_ring.plumbing import handshake
+from tf_ring.plumbing import env_names, handshake
 from tf_ring.plumbing.sealed_frames import ChannelError, PeerClosed  # noqa: F401 - re-exported
 
-ADDRESS_ENV = "TF_RING_CONTROL_TO"  # the control service's endpoint (tf_ring.plumbing.endpoints)
-SECRET_ENV = "TF_RING_ELASTIC_SECRET"
+ADDRESS_ENV = env_names.CONTROL_TO  # the control service's endpoint (tf_ring.plumbing.endpoints)
+SECRET_ENV = env_names.ELASTIC_SECRET
 LABEL = "control"
 MAX_LINE = 64 * 1024  # notices and reports are short; a longer frame is refused
 HANDSHAKE_TIMEOUT_S = handshake.HANDSHAKE_TIMEOUT_S

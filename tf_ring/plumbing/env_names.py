@@ -43,7 +43,7 @@ ELASTIC_COMMITTED = "TF_RING_ELASTIC_COMMITTED"  # the newest commit the driver 
 # Which world of the job this is (0, then one more each relaunch), so that a
 # hosted job keeps the results of the last world only (tf_ring.hosted).
 ELASTIC_WORLD = "TF_RING_ELASTIC_WORLD"
-CONTROL_TO = "TF_RING_CONTROL_TO"  # "addr,addr,...:port": the driver's control service
+CONTROL_TO = "TF_RING_CONTROL_TO"  # the driver's control service endpoint (plumbing/endpoints)
 ULFM = "TF_RING_ULFM"  # "1": --recovery in-process (mpirun --with-ft ulfm)
 ELASTIC_MIN_NP = "TF_RING_ELASTIC_MIN_NP"  # --min-np, for an in-process shrink
 # Read by tf_ring.elastic.run (its reset limit), set by the user or a hosted job.
@@ -65,7 +65,7 @@ BEAT_TOKEN = "TF_RING_BEAT_TOKEN"
 # ---- hosted jobs (Spark, Ray): tf_ring.hosted ----
 
 HOSTED_SECRET = "TF_RING_HOSTED_SECRET"  # the job's secret, for the frames' proofs
-HOSTED_FUNCTION = "TF_RING_HOSTED_FUNCTION"  # "addr,addr,...:port" of the driver's service
+HOSTED_FUNCTION = "TF_RING_HOSTED_FUNCTION"  # the endpoint of the driver's function service
 TASK_PYTHON = "TF_RING_TASK_PYTHON"  # the Python a task service runs its ranks with
 
 # ---- the launcher's own ----
