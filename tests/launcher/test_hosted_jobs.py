@@ -30,15 +30,15 @@ def test_a_function_the_ranks_cannot_load_fails_naming_them(service, tmp_path, m
     from only_the_driver_has_it import train
     with pytest.raises(job.JobFailed, match="(?s)rank 0, 1 failed.*ModuleNotFoundError: No "
                                             "module named 'only_the_driver_has_it'"):
-        job.run_function(train, (), {}, [("127.0.0.1:%d" % service.port, 2)], service.secret,
+        job.run_function(train, (), {}, [(service.endpoint(["127.0.0.1"]), 2)], service.secret,
                          cloudpickle.dumps, "cloudpickle", start_timeout=120)
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_function_runs_on_every_rank_through_the_task_service(service, ranks, capsys):
-    results = job.run_function(_ranks_report, (10,), {}, [("127.0.0.1:%d" % service.port, ranks)],
-                               service.secret, cloudpickle.dumps, "cloudpickle",
-                               start_timeout=120)
+    hosts = [(service.endpoint(["127.0.0.1"]), ranks)]
+    results = job.run_function(_ranks_report, (10,), {}, hosts, service.secret,
+                               cloudpickle.dumps, "cloudpickle", start_timeout=120)
     expected_total = sum(r + 10 for r in range(ranks))
     assert [r[:4] for r in results] == [(r, ranks, ranks, expected_total) for r in range(ranks)]
     assert service.commands_run == 1  # one daemon for the host, started through its service
