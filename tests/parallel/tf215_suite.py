@@ -23,10 +23,18 @@ def test_suite_runs_on_tensorflow_2_15_with_keras_2_and_estimator():
 
 
 @pytest.mark.parametrize("np", [2, 3])
-@pytest.mark.parametrize("name", PARALLEL_FILES)
-def test_parallel_file_on_tf215(name, np):
-    result = run_parallel_pytest(os.path.join(PARALLEL_DIR, name), np)
-    assert result.stdout.count(" passed") >= np, result.stdout[-4000:]
+def test_parallel_files_on_tf215(np):
+    """All the files in one launch per rank count, as test_parallel.py's
+    groups: a launch is mpirun plus TensorFlow imported on every rank, which
+    one launch per file paid ten times; the ranks' conftest restarts the
+    engine between files, so each still starts from a fresh one."""
+    paths = [os.path.join(PARALLEL_DIR, name) for name in PARALLEL_FILES]
+    result = run_parallel_pytest(paths[0], np, extra=paths[1:] + ["-rA"], timeout=1200)
+    # Every rank passed tests of every file (-rA lists each passed test), as
+    # a launch per file showed with its own summary.
+    for name in PARALLEL_FILES:
+        passed = re.findall(r"PASSED \S*%s::" % re.escape(name), result.stdout)
+        assert len(passed) >= np, (name, result.stdout[-4000:])
 
 
 @pytest.mark.parametrize("np", [2, 3])
