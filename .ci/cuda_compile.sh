@@ -10,6 +10,7 @@
 # The build happens in a private copy of the tree (an in-place build would
 # replace this tree's CPU library).
 #   TF_RING_CUDA_VENV    reuse (or create) the venv at this path; default: a fresh temp one
+#   TF_RING_CUDA_TREE    build in this copy of the tree (made or refreshed here); default: a temp one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL=2
@@ -32,14 +33,28 @@ prepare=0
 if [ "${1:-}" = "--prepare" ]; then prepare=1; fi
 if [ "$prepare" = 1 ] && [ -z "${TF_RING_BUILD_CACHE:-}" ]; then exit 0; fi
 
-tree="$scratch/tf_ring"
+tree="${TF_RING_CUDA_TREE:-$scratch/tf_ring}"
 mkdir -p "$tree"
 git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$tree"
 cd "$tree"
 build_start=$(date +%s)
 TF_RING_WITH_NCCL=1 python setup.py -q build_ext --inplace
 echo "cuda_compile: built in $(( $(date +%s) - build_start )) s"
-if [ "$prepare" = 1 ]; then exit 0; fi
+
+# The engine-only library with the NCCL transport, compiled and linked
+# against the wheels (incremental: make rebuilds only what changed).
+engine_only_build() {
+  local site
+  site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  TF_RING_CUDA_HOME="$site/nvidia/cuda_runtime" TF_RING_NCCL_HOME="$site/nvidia/nccl" \
+    bash tf_ring_engine/build.sh --cuda
+}
+if [ "$prepare" = 1 ]; then
+  # In a tree the stage will build in again, the engine-only library too:
+  # the stage's make then finds it up to date.
+  if [ -n "${TF_RING_CUDA_TREE:-}" ]; then engine_only_build; fi
+  exit 0
+fi
 python - <<'PY'
 import json
 info = json.load(open("tf_ring/_build_info.json"))
@@ -60,9 +75,8 @@ python -m pytest -q -p no:cacheprovider tests/unit/test_single_process.py tests/
 for np in 2 3; do  # the collectives file alone: its group would add a minute or two here
   (cd tests/parallel/ranks && python -m tf_ring.run -np $np python -m pytest -q -p no:cacheprovider mpi_collectives.py)
 done
-# The engine-only library with the NCCL transport: compiled and linked against the wheels.
-site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-TF_RING_CUDA_HOME="$site/nvidia/cuda_runtime" TF_RING_NCCL_HOME="$site/nvidia/nccl" \
-  bash tf_ring_engine/build.sh --cuda
+build_start=$(date +%s)
+engine_only_build
+echo "cuda_compile: engine-only library built in $(( $(date +%s) - build_start )) s"
 python -c "import tf_ring_engine as e; assert e.gpu_built(); print('cuda_compile: engine-only library has the NCCL transport')"
 echo "cuda_compile: done in $(( $(date +%s) - start )) s"
