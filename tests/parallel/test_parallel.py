@@ -11,6 +11,12 @@ which one launch per file paid 88 times. parallel/conftest.py restarts the
 engine with the launch's settings between files, so each file still starts
 from a fresh engine. The Keras 3 and tf_keras files need separate processes
 (TF_USE_LEGACY_KERAS is read once per process).
+
+On 3 ranks a group runs what 3 ranks prove beyond 2 (THREE_RANKS): an odd
+ring, a rank outside a process set, a count that is no power of two. The
+Keras groups' other tests check the Keras glue around an allreduce whose
+ring is proved on 3 ranks by the collectives group; rerunning them there
+cost about two and a half minutes (docs/testing.md).
 """
 import glob
 import os
@@ -40,8 +46,32 @@ GROUPS = {
 }
 
 
+# The tests each group runs on 3 ranks (a pytest -k expression; None: all), and why.
+THREE_RANKS = {
+    # A ring of odd length: chunks that do not split evenly, alltoall and
+    # reducescatter splits over three peers.
+    "collectives": None,
+    # Shared-memory reductions summed in rank order from three writers, and
+    # join's divisor (the ranks that submitted) when it is neither 1 nor the world.
+    "engine": None,
+    # Sets that are neither one rank nor the world exist only from 3 ranks on.
+    "process_sets": None,
+    # The newest commit on a rank that is neither rank 0 nor its only peer;
+    # shards of three ranks' steps.
+    "elastic": None,
+    # A rank outside the training process set, and Adasum refused for a count
+    # that is no power of two (under XLA too): neither happens on 2 ranks.
+    "keras": "process_set or adasum",
+    "tf_keras": "process_set or adasum",
+}
+
+
 def _path(name):
     return os.path.join(PARALLEL_DIR, "mpi_%s.py" % name)
+
+
+def test_every_group_says_what_it_runs_on_3_ranks():
+    assert sorted(THREE_RANKS) == sorted(GROUPS)
 
 
 def test_every_parallel_file_is_in_exactly_one_group():
@@ -54,6 +84,8 @@ def test_every_parallel_file_is_in_exactly_one_group():
 def test_parallel_files(group, np):
     files, env = GROUPS[group]
     paths = [_path(name) for name in files]
-    result = run_parallel_pytest(paths[0], np, env=env, extra=paths[1:], timeout=1500)
+    select = THREE_RANKS[group] if np == 3 else None
+    extra = paths[1:] + (["-k", select] if select else [])
+    result = run_parallel_pytest(paths[0], np, env=env, extra=extra, timeout=1500)
     # Every rank must have run the tests, not collected nothing.
     assert result.stdout.count(" passed") >= np, result.stdout[-4000:]

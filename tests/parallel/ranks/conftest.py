@@ -31,8 +31,8 @@ def _every_rank_here():
     """A barrier outside the engine. Without it, a rank that ends its last
     test early (one that runs no collective, or only local checks) shuts the
     engine down under a slower rank still inside that test."""
-    from mpi4py import MPI  # imported late: tf_ring has initialised MPI by now
-    MPI.COMM_WORLD.Barrier()
+    from helpers import every_rank_here
+    every_rank_here()
 
 
 @pytest.fixture(scope="module", autouse=True)

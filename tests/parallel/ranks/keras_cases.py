@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import tf_ring.keras as hvd
+from helpers import every_rank_here
 
 PER_RANK_BATCH = 4
 FEATURES = 6
@@ -531,6 +532,9 @@ def check_fit_on_process_set(k, sgd, steps=3, **compile_kwargs):
     global batches; ranks outside the set take no part."""
     import tf_ring
     ps = hvd.ProcessSet([0, 1])  # tf_ring.keras exports the process set API too
+    # The engine restarts with the set: first every rank leaves the previous
+    # test (a peer still finishing a refused step would see it shut down).
+    every_rank_here()
     tf_ring.shutdown()
     tf_ring.init(process_sets=[ps])
     try:
