@@ -1,0 +1,132 @@
+"""Compression.bf16 and Compression.powersgd over real ranks (2 and 3):
+bf16 on the wire eagerly, in tf.function and under XLA; PowerSGD's P, Q,
+residuals and results against the NumPy reference (powersgd_reference.py)
+computed on every rank from every rank's gradients; bad settings fail on
+every rank alike."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_ring as hvd
+from helpers import rank_input
+from powersgd_reference import ReferencePowerSGD
+from tf_ring.training.powersgd_reduce import powersgd_reduce
+
+MODES = {"eager": None, "graph": False, "xla": True}
+# A Dense kernel, a Conv2D kernel (18 x 4), a bias and a 2 x 2 matrix (too small to pay).
+SHAPES = [(12, 7), (3, 3, 2, 4), (7,), (2, 2)]
+
+
+def run(mode, fn):
+    """fn, eagerly or as a tf.function (XLA-compiled for "xla")."""
+    if MODES[mode] is None:
+        return fn
+    return tf.function(fn, jit_compile=MODES[mode])
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_bf16_travels_as_bfloat16_with_float32_range(mode):
+    # 1 + 2**-9 is not a bfloat16 number: it arrives as 1.0 only if it went as
+    # bfloat16. 2**100 would be inf in float16.
+    x = tf.constant([1.0 + 2.0 ** -9, 2.0 ** 100, 3.0], tf.float32)
+    ints = tf.constant([7], tf.int32)
+
+    def reduce(x, ints):
+        one = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.bf16,
+                            name="bf16_one_" + mode if mode == "eager" else None)
+        group = hvd.grouped_allreduce([x, ints], op=hvd.Sum, compression=hvd.Compression.bf16,
+                                      name="bf16_group_" + mode if mode == "eager" else None)
+        return [one] + group
+
+    one, grouped, grouped_ints = run(mode, reduce)(x, ints)
+    want = [hvd.size() * 1.0, hvd.size() * 2.0 ** 100, hvd.size() * 3.0]
+    for out in (one, grouped):
+        assert out.dtype == tf.float32
+        np.testing.assert_array_equal(out.numpy(), want)
+    assert grouped_ints.dtype == tf.int32 and grouped_ints.numpy().tolist() == [7 * hvd.size()]
+
+
+def _variables():
+    return [tf.Variable(tf.zeros(s), name="psgd_v%d" % i) for i, s in enumerate(SHAPES)]
+
+
+def _grads(rank, step):
+    return [rank_input(rank, s, tf.float32, seed=10 * step + i, low=-1, high=1)
+            for i, s in enumerate(SHAPES)]
+
+
+def _gather(array, name):
+    """Every rank's copy of `array`, stacked (allgather)."""
+    return hvd.allgather(tf.constant(np.asarray(array)[None]), name=name).numpy()
+
+
+@pytest.mark.parametrize("op", ["average", "sum"])
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_powersgd_matches_numpy_on_every_rank(mode, op):
+    steps = 4
+    reduce_op = {"average": hvd.Average, "sum": hvd.Sum}[op]
+    variables = _variables()
+    config = hvd.Compression.powersgd(rank=2, start_powerSGD_iter=1, min_compression_rate=1.0)
+    config.state.build(variables)
+    slots = [config.state._slots[id(v)] for v in variables]
+    initial_q = [None if s is None else s.q.numpy() for s in slots]
+    assert [q is not None for q in initial_q] == [True, True, False, False]
+    for v, q in enumerate(initial_q[:2]):  # seeded: equal everywhere without a broadcast
+        assert (_gather(q, "psgd_q0_%s_%s_%d" % (mode, op, v)) == q).all()
+
+    def step(grads):
+        return powersgd_reduce(config.state, grads, variables, op=reduce_op,
+                               name="psgd_%s_%s" % (mode, op))
+    step = run(mode, step)
+    reference = ReferencePowerSGD(hvd.size(), initial_q, start_iter=1)
+    factor = hvd.size() if op == "sum" else 1
+    for s in range(steps):
+        got = step([tf.constant(g) for g in _grads(hvd.rank(), s)])
+        want = reference.step([_grads(r, s) for r in range(hvd.size())])
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.numpy(), w * factor, rtol=1e-4, atol=1e-5)
+        if s >= 1:
+            for v in (0, 1):  # the orthogonalized P: result = P Qᵀ, so P = result Q (QᵀQ)⁻¹
+                q = slots[v].q.numpy().astype(np.float64)
+                approx = got[v].numpy().reshape(-1, SHAPES[v][-1]) / factor
+                np.testing.assert_allclose(approx @ q @ np.linalg.inv(q.T @ q),
+                                           reference.last_p[v], rtol=1e-3, atol=1e-4)
+    for v in (0, 1):
+        q = slots[v].q.numpy()
+        np.testing.assert_allclose(q, reference.q[v], rtol=1e-4, atol=1e-5)
+        assert (_gather(q, "psgd_q_%s_%s_%d" % (mode, op, v)) == q).all()  # bitwise equal
+        np.testing.assert_allclose(slots[v].residual.numpy(), reference.residual[hvd.rank()][v],
+                                   rtol=1e-4, atol=1e-5)
+    assert int(config.state.step.numpy()) == steps
+
+
+def test_error_feedback_carries_the_residual():
+    """The second step sends this step's gradient plus what the first step's
+    approximation missed: with a zero second gradient, what arrives is the
+    approximation of the mean residual, on every rank alike."""
+    variables = _variables()[:1]
+    config = hvd.Compression.powersgd(rank=1, start_powerSGD_iter=0, min_compression_rate=1.0)
+    first = powersgd_reduce(config.state, [tf.constant(_grads(hvd.rank(), 0)[0])], variables,
+                            name="psgd_feedback_0")[0]
+    residual = config.state._slots[id(variables[0])].residual.numpy()
+    residuals = _gather(residual, "psgd_feedback_residuals")
+    mean = np.mean([_grads(r, 0)[0] for r in range(hvd.size())], axis=0)
+    np.testing.assert_allclose(first.numpy() + residuals.mean(axis=0), mean, rtol=1e-4, atol=1e-5)
+    second = powersgd_reduce(config.state, [tf.zeros(SHAPES[0])], variables,
+                             name="psgd_feedback_1")[0].numpy()
+    assert np.abs(second).max() > 1e-3  # the residual, not the zero gradient, was sent
+    assert (_gather(second, "psgd_feedback_second") == second).all()
+
+
+def test_bad_settings_fail_on_every_rank():
+    with pytest.raises(ValueError, match="rank must be >= 1"):
+        hvd.Compression.powersgd(rank=0)
+    variables = _variables()
+    with pytest.raises(ValueError, match="rank 13 is larger than the smaller side of every"):
+        powersgd_reduce(hvd.Compression.powersgd(rank=13).state, [None] * 4, variables)
+    with pytest.raises(ValueError, match="op=tf_ring.Average or tf_ring.Sum"):
+        powersgd_reduce(hvd.Compression.powersgd().state, [None] * 4, variables, op=hvd.Max)
+    with pytest.raises(TypeError, match="pass it as compression= to DistributedOptimizer"):
+        hvd.allreduce(tf.ones(3), compression=hvd.Compression.powersgd())
+    # Every rank is still in step: a collective after the errors completes.
+    assert hvd.allreduce(tf.ones(1), op=hvd.Sum, name="psgd_after_errors").numpy()[0] == hvd.size()
