@@ -172,9 +172,15 @@ class PowerSGD(tf.Module):
             self._tape_state = PowerSGDState(self, self._make_tracked_variable)
         return self._tape_state
 
-    def _make_tracked_variable(self, name, initial_value, dtype):
-        with tf.init_scope():
-            var = tf.Variable(initial_value, trainable=False, name=name, dtype=dtype)
+    def build(self, variables):
+        """Creates the tape's state for `variables` now (it is otherwise made at
+        the first reduction): before a checkpoint is restored into it, or to
+        keep variable creation out of a tf.function traced more than once."""
+        self.state.build(list(variables))
+
+    def _make_tracked_variable(self, name, shape, dtype, initializer):
+        with tf.init_scope():  # lifted out of a tf.function being traced
+            var = tf.Variable(initializer(shape, dtype), trainable=False, name=name, dtype=dtype)
         self._made.append(var)
         return var
 
@@ -198,10 +204,11 @@ class _Slots:
 class PowerSGDState:
     """Q, residual and step counter of the gradients one reducer compresses.
 
-    make_variable(name, initial_value, dtype) creates a state variable: a
-    tf.Variable (PowerSGD keeps them for tapes), or an optimizer's variable
-    (tf_ring.keras). Variables are created on the first reduction, in the
-    order of the gradients, which is the same on every rank.
+    make_variable(name, shape, dtype, initializer) creates a state variable
+    whose value is initializer(shape, dtype): a tf.Variable (PowerSGD keeps
+    them for tapes), or an optimizer's variable (tf_ring.keras). Variables
+    are created on the first reduction (or build()), in the order of the
+    gradients, which is the same on every rank.
     """
 
     def __init__(self, settings, make_variable):
@@ -235,7 +242,7 @@ class PowerSGDState:
     def build(self, variables):
         """Creates the state of every variable of `variables` not seen yet."""
         if self.step is None:
-            self.step = self._make("powersgd_step", tf.zeros([], tf.int64), tf.int64)
+            self.step = self._make("powersgd_step", [], tf.int64, tf.zeros)
         new = [v for v in variables if id(v) not in self._slots]
         for var in new:
             self._slots[id(var)] = self._make_slots(var)
@@ -253,12 +260,12 @@ class PowerSGDState:
         self._count += 1
         q = residual = None
         if s.warm_start:
-            q = self._make(_slot_name("powersgd_q/", var),
-                           tf.random.stateless_normal([m, s.rank], seed=[s.random_seed, index],
-                                                      dtype=dtype), dtype)
+            seed = [s.random_seed, index]
+            q = self._make(_slot_name("powersgd_q/", var), [m, s.rank], dtype,
+                           lambda shape, dt: tf.random.stateless_normal(shape, seed, dtype=dt))
         if s.use_error_feedback:
-            residual = self._make(_slot_name("powersgd_residual/", var),
-                                  tf.zeros([n, m], dtype), dtype)
+            residual = self._make(_slot_name("powersgd_residual/", var), [n, m], dtype,
+                                  tf.zeros)
         return _Slots(index, n, m, dtype, q, residual)
 
     def _check_something_compressed(self, variables):
