@@ -283,3 +283,20 @@ def test_bf16_keeps_float32_range():
     assert np.isinf(fp16_back.numpy()[0])  # what bf16 avoids
     ints = tf.constant([1, 2], tf.int32)
     assert Compression.bf16.compress(ints) == (ints, None)
+
+
+def test_a_copy_has_its_own_state_and_counts_with_its_clock():
+    config = Compression.powersgd(rank=1, start_powerSGD_iter=3, min_compression_rate=1.5)
+    iterations = tf.Variable(0, dtype=tf.int64)
+    twin = config.copy(clock=lambda: iterations)
+    assert twin.settings() == config.settings() and twin is not config
+    shared_vars = variables()
+    grads = [tf.constant(g) for g in gradients(0, 0)]
+
+    def reduce():
+        return twin.state.reduce(grads, shared_vars, lambda ts, _: list(ts), lambda ts, _: list(ts))
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(reduce(), grads))  # warm-up
+    iterations.assign(3)
+    assert not np.allclose(reduce()[0].numpy(), grads[0].numpy())  # rank 1: an approximation
+    assert twin.state.step is None and config.variables == ()  # no counter of its own
+    assert len(twin.variables) == 2 * 2

@@ -115,17 +115,31 @@ class PowerSGD(tf.Module):
             "orthogonalization_epsilon", orthogonalization_epsilon,
             "it is added to column norms (0 or a small number such as 1e-8)")
         self.random_seed = _check_int("random_seed", random_seed, 0, "seeds are >= 0")
-        # Tracked: tf.train.Checkpoint and tf.Module.variables see the tape's state.
+        # Tracked: tf.train.Checkpoint and tf.Module.variables see the state.
         self._made = []
-        self._tape_state = None
+        self._state = None
+        self._clock = None
+
+    def settings(self):
+        """The settings as keyword arguments of Compression.powersgd."""
+        return dict(rank=self.rank, start_powerSGD_iter=self.start_powerSGD_iter,
+                    min_compression_rate=self.min_compression_rate,
+                    use_error_feedback=self.use_error_feedback, warm_start=self.warm_start,
+                    orthogonalization_epsilon=self.orthogonalization_epsilon,
+                    random_seed=self.random_seed)
+
+    def copy(self, clock=None):
+        """A PowerSGD with these settings and a state of its own (an optimizer
+        keeps one). clock() gives the reductions done so far as an int64
+        tensor (an optimizer's iterations survive model.save); without it the
+        state counts them in a variable of its own."""
+        twin = PowerSGD(**self.settings())
+        twin._clock = clock
+        return twin
 
     def __repr__(self):
-        return ("Compression.powersgd(rank=%d, start_powerSGD_iter=%d, min_compression_rate=%g, "
-                "use_error_feedback=%s, warm_start=%s, orthogonalization_epsilon=%g, "
-                "random_seed=%d)" % (self.rank, self.start_powerSGD_iter,
-                                     self.min_compression_rate, self.use_error_feedback,
-                                     self.warm_start, self.orthogonalization_epsilon,
-                                     self.random_seed))
+        return "Compression.powersgd(%s)" % ", ".join(
+            "%s=%r" % item for item in self.settings().items())
 
     # Reached only when PowerSGD is given to a collective that compresses one
     # tensor at a time: PowerSGD needs a variable's state and two collectives.
@@ -167,10 +181,11 @@ class PowerSGD(tf.Module):
 
     @property
     def state(self):
-        """The state kept for DistributedGradientTape and v1 optimizers."""
-        if self._tape_state is None:
-            self._tape_state = PowerSGDState(self, self._make_tracked_variable)
-        return self._tape_state
+        """This object's PowerSGDState (tapes and v1 optimizers use the one of
+        the object they were given; a tf_ring.keras optimizer, its copy's)."""
+        if self._state is None:
+            self._state = PowerSGDState(self, self._make_tracked_variable, self._clock)
+        return self._state
 
     def build(self, variables):
         """Creates the tape's state for `variables` now (it is otherwise made at
@@ -211,13 +226,14 @@ class PowerSGDState:
     gradients, which is the same on every rank.
     """
 
-    def __init__(self, settings, make_variable):
+    def __init__(self, settings, make_variable, clock=None):
         self.settings = settings
         self._make = make_variable
+        self._clock = clock
         self._slots = {}  # id(variable) -> _Slots, or None when left uncompressed
         self._count = 0
         self._warned = False
-        self.step = None
+        self.step = None  # the reductions done, when there is no clock
 
     def variables(self):
         """Every state variable made so far: the step counter, then Q and residual of each."""
@@ -241,7 +257,7 @@ class PowerSGDState:
 
     def build(self, variables):
         """Creates the state of every variable of `variables` not seen yet."""
-        if self.step is None:
+        if self.step is None and self._clock is None:
             self.step = self._make("powersgd_step", [], tf.int64, tf.zeros)
         new = [v for v in variables if id(v) not in self._slots]
         for var in new:
@@ -315,26 +331,35 @@ class PowerSGDState:
             with tf.name_scope("powersgd_warmup"):
                 return allreduce([grads[i] for i in present], "warmup")
 
+        done = self.steps_done()
+
         def compressed():
             with tf.name_scope("powersgd"):
                 return self._compressed([grads[i] for i in present],
                                         [variables[i] for i in present], allreduce, average,
-                                        scale)
+                                        scale, done)
 
         start = self.settings.start_powerSGD_iter
         if start == 0:
             reduced = compressed()
         elif tf.executing_eagerly():
-            reduced = uncompressed() if int(self.step.numpy()) < start else compressed()
+            reduced = uncompressed() if int(done.numpy()) < start else compressed()
         else:
             # The counter is the same on every rank, so every rank takes the same branch.
-            reduced = tf.cond(self.step < start, uncompressed, compressed)
-        self.step.assign_add(1)
+            reduced = tf.cond(done < start, uncompressed, compressed)
+        if self.step is not None:
+            self.step.assign_add(1)
         for i, out in zip(present, reduced):
             results[i] = out
         return results
 
-    def _compressed(self, grads, variables, allreduce, average, scale):
+    def steps_done(self):
+        """Reductions done before this one, an int64 tensor."""
+        if self._clock is not None:
+            return tf.cast(self._clock(), tf.int64)
+        return tf.convert_to_tensor(self.step)
+
+    def _compressed(self, grads, variables, allreduce, average, scale, done):
         s = self.settings
         plain, packed = [], []
         for i, var in enumerate(variables):
@@ -346,7 +371,7 @@ class PowerSGDState:
             if slots.residual is not None:
                 m = m + slots.residual
             matrices.append(m)
-            ps.append(tf.matmul(m, self._start_q(slots)))
+            ps.append(tf.matmul(m, self._start_q(slots, done)))
         first = allreduce([grads[i] for i in plain] + ps, "p")
         results = [None] * len(grads)
         for i, out in zip(plain, first):
@@ -370,10 +395,10 @@ class PowerSGDState:
             results[i] = tf.cast(tf.reshape(out, tf.shape(grads[i])), grads[i].dtype)
         return results
 
-    def _start_q(self, slots):
+    def _start_q(self, slots, done):
         if self.settings.warm_start:
             return tf.convert_to_tensor(slots.q)
         seed = tf.random.experimental.stateless_fold_in(
-            tf.constant([self.settings.random_seed, slots.index], tf.int64), self.step)
+            tf.constant([self.settings.random_seed, slots.index], tf.int64), done)
         return tf.random.stateless_normal([slots.m, self.settings.rank], seed=seed,
                                           dtype=slots.dtype)
