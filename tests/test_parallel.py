@@ -36,7 +36,8 @@ GROUPS = {
     "keras": (["keras", "keras_mixed_precision", "keras_warmup_and_load", "keras_xla",
                "sync_batch_norm", "compression"], KERAS_ENV),
     "tf_keras": (["tf_keras", "tf_keras_mixed_precision", "tf_keras_warmup_and_load",
-                  "tf_keras_xla", "sync_batch_norm_tf_keras", "elastic_tf_keras"], KERAS_ENV),
+                  "tf_keras_xla", "sync_batch_norm_tf_keras", "elastic_tf_keras",
+                  "compression_tf_keras"], KERAS_ENV),
 }
 
 

@@ -9,6 +9,7 @@ from tf_ring.compression import Compression
 from tf_ring.grouped import grouped_allreduce
 from tf_ring.ops import Average
 from tf_ring.process_set import global_process_set, runtime_size
+from tf_ring.training.powersgd_reduce import powersgd_of, powersgd_reduce
 
 
 def _split_into_groups(items, num_groups):
@@ -93,6 +94,7 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_
         return [g if g is None or scale == 1.0 else _scaled(g, scale) for g in grads]
     results = list(grads)
     eager = tf.executing_eagerly()
+    powersgd = powersgd_of(compression, "gradient reduction", op)
     dense = []
     for i, grad in enumerate(grads):
         if grad is None:
@@ -100,12 +102,22 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_
         if isinstance(grad, tf.IndexedSlices):
             if not sparse_as_dense:
                 results[i] = grouped_allreduce(
-                    [grad], op=op, compression=compression,
+                    [grad], op=op, compression=Compression.none if powersgd else compression,
                     name="%s.sparse%d" % (name, i) if eager and name else None,
                     process_set=process_set)[0]
                 continue
             grad = tf.convert_to_tensor(grad)
         dense.append((i, grad))
+    if powersgd is not None:  # its own two groups, fused as it needs them
+        if variables is None:
+            raise ValueError("Compression.powersgd keeps state per variable: the gradient "
+                             "reduction needs the variables of the gradients")
+        reduced = powersgd_reduce(powersgd.state, [g for _, g in dense],
+                                  [variables[i] for i, _ in dense], op, prescale_factor,
+                                  postscale_factor, process_set, name)
+        for (i, _), out in zip(dense, reduced):
+            results[i] = out
+        return results
     if groups is None:
         groups = num_groups
     if isinstance(groups, (list, tuple)):

@@ -6,6 +6,7 @@ from tf_ring.gradient_reduction import (predivide_scales, reduce_except_local, r
                                         variable_key)
 from tf_ring.ops import Average
 from tf_ring.process_set import global_process_set, process_set_id_of
+from tf_ring.training.powersgd_reduce import powersgd_of
 
 
 class DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
@@ -25,6 +26,7 @@ class DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
                  num_groups=0, groups=None, scale_local_gradients=True,
                  process_set=global_process_set):
         process_set_id_of(process_set, "DistributedOptimizer")  # registered, or a clear error
+        powersgd_of(compression, "DistributedOptimizer", op)  # usable, or a clear error
         self._process_set = process_set
         del device_dense, device_sparse, average_aggregated_gradients
         if backward_passes_per_step != 1:

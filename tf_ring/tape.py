@@ -7,6 +7,7 @@ from tf_ring.gradient_reduction import (predivide_scales, reduce_except_local, r
                                         variable_key)
 from tf_ring.ops import Average
 from tf_ring.process_set import global_process_set, process_set_id_of
+from tf_ring.training.powersgd_reduce import powersgd_of
 
 
 class DistributedGradientTape:
@@ -45,6 +46,7 @@ class DistributedGradientTape:
                              "op=tf_ring.Average (it splits the average's division), got op=%r"
                              % (op,))
         process_set_id_of(process_set, "DistributedGradientTape")  # registered, or a clear error
+        powersgd_of(compression, "DistributedGradientTape", op)  # usable, or a clear error
         self._process_set = process_set
         self._tape = tape
         self._op = op

@@ -6,6 +6,7 @@ from tf_ring.gradient_reduction import variable_key
 from tf_ring.grouped import grouped_allreduce
 from tf_ring.keras import _xla
 from tf_ring.process_set import global_process_set, runtime_size
+from tf_ring.training.powersgd_reduce import powersgd_of, powersgd_reduce
 
 
 def to_dense(grad):
@@ -30,6 +31,12 @@ def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, 
         scale = prescale_factor * postscale_factor
         return [None if g is None else to_dense(g) if scale == 1.0
                 else to_dense(g) * tf.cast(scale, g.dtype) for g in grads]
+    powersgd = powersgd_of(compression, "DistributedOptimizer", op)
+    if powersgd is not None:  # its own two grouped allreduces
+        return powersgd_reduce(powersgd.state, [None if g is None else to_dense(g) for g in grads],
+                               variables, op, prescale_factor, postscale_factor,
+                               process_set or global_process_set,
+                               name="tf_ring.keras.%sgrad" % name_prefix)
     if _xla.tracing_under_xla():
         return _grouped_under_xla(grads, op, compression, prescale_factor, postscale_factor,
                                   process_set)
@@ -70,8 +77,9 @@ def reduce_gradients(settings, grads, variables, postscale_factor=1.0):
     local variables keep theirs (scaled like the rest, and divided by the
     set's size when scale_local_gradients)."""
     shared = [i for i, v in enumerate(variables) if variable_key(v) not in settings.local_keys]
+    compression = settings.compression if settings.powersgd is None else settings.powersgd
     reduced = allreduce_gradients([grads[i] for i in shared], [variables[i] for i in shared],
-                                  settings.op, settings.compression,
+                                  settings.op, compression,
                                   prescale_factor=settings.prescale,
                                   postscale_factor=postscale_factor * settings.postscale,
                                   process_set=settings.process_set)

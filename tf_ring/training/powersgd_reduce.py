@@ -5,6 +5,19 @@ import tensorflow as tf
 from tf_ring.grouped import grouped_allreduce
 from tf_ring.ops import Average, Sum
 from tf_ring.process_set import global_process_set, runtime_size
+from tf_ring.training.powersgd import PowerSGD
+
+
+def powersgd_of(compression, what, op=Average):
+    """The PowerSGD object when `compression` is one, else None; a clear error
+    for PowerSGD's class given uncalled, or an op PowerSGD cannot give."""
+    if compression is PowerSGD:
+        raise TypeError("%s: compression=Compression.powersgd must be called with its settings, "
+                        "e.g. compression=tf_ring.Compression.powersgd(rank=2)" % what)
+    if not isinstance(compression, PowerSGD):
+        return None
+    check_powersgd_op(op, what)
+    return compression
 
 
 def check_powersgd_op(op, what):
