@@ -27,6 +27,7 @@ This module holds the settings (PowerSGD, what Compression.powersgd returns)
 and the algorithm (PowerSGDState.reduce). The collectives are handed in by
 the caller, the gradient reducer; a test hands in a fake one.
 """
+import functools
 import numbers
 import re
 import warnings
@@ -216,6 +217,19 @@ class _Slots:
         self.q, self.residual = q, residual
 
 
+def _keep(slots, m, approx, q, warm_start):
+    """Stores a step's residual (when kept) and Q (for a warm start)."""
+    if slots.residual is not None:
+        slots.residual.assign(m - approx)
+    if warm_start:
+        slots.q.assign(q)
+    return tf.constant(True)
+
+
+def _is_one(scale):
+    return isinstance(scale, (int, float)) and scale == 1.0
+
+
 class PowerSGDState:
     """Q, residual and step counter of the gradients one reducer compresses.
 
@@ -386,12 +400,12 @@ class PowerSGDState:
             # A non-finite gradient on any rank reaches every rank's Q through the
             # averages: every rank then keeps its state (a loss-scale optimizer skips
             # the step) instead of carrying NaN into every later step.
+            # (A tf.cond, not tf.where: a select would read and write the whole
+            # residual once more each step.)
             finite = tf.reduce_all(tf.math.is_finite(q))
-            if slots.residual is not None:
-                slots.residual.assign(tf.where(finite, m - approx, slots.residual))
-            if s.warm_start:
-                slots.q.assign(tf.where(finite, q, slots.q))
-            out = approx * tf.cast(scale, slots.dtype)
+            tf.cond(finite, functools.partial(_keep, slots, m, approx, q, s.warm_start),
+                    lambda: tf.constant(False))
+            out = approx if _is_one(scale) else approx * tf.cast(scale, slots.dtype)
             results[i] = tf.cast(tf.reshape(out, tf.shape(grads[i])), grads[i].dtype)
         return results
 
