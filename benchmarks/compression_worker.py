@@ -1,11 +1,18 @@
-"""The ranks' side of compression.py: one Keras 3 fit per compression choice,
-timed batch by batch, evaluated after every epoch."""
-import gc
+"""The ranks' side of compression.py: one Keras 3 fit with one compression
+choice, timed batch by batch, evaluated after every epoch; rank 0 prints a
+RESULT line of JSON. compression.py runs it under tfringrun, once per
+choice (each in a fresh job: peak memory and timings start alike), and
+passes it the arguments it does not know itself."""
+import argparse
+import json
+import os
+import sys
 import statistics
 import time
 
 import numpy as np
 
+CHOICES = ["none", "fp16", "bf16", "powersgd"]
 PER_RANK_BATCH = 32
 WIDTH, DEPTH = 2048, 3  # 64 -> 2048 -> 2048 -> 2048 -> 10: 8,546,314 parameters
 LR = 0.05
@@ -52,8 +59,8 @@ def make_compression(hvd, name, args):
 
 
 def powersgd_state_bytes(optimizer):
-    state = getattr(optimizer._tf_ring_settings, "powersgd_state", None)
-    return 0 if state is None else state.memory_bytes()
+    powersgd = optimizer._tf_ring_settings.powersgd
+    return 0 if powersgd is None else powersgd.state.memory_bytes()
 
 
 def train(keras, hvd, name, args, data, epochs):
@@ -83,14 +90,12 @@ def train(keras, hvd, name, args, data, epochs):
             logits = model.predict_on_batch(x_test)
             record["accuracy"].append(float(np.mean(np.argmax(logits, 1) == y_test)))
 
-    rss_before = status_kb("VmRSS")
     reset_peak_rss()
     model.fit(shard(x, hvd.rank(), hvd.size()), shard(y, hvd.rank(), hvd.size()),
               batch_size=PER_RANK_BATCH, epochs=epochs, shuffle=True, verbose=0,
               callbacks=[Clock()])
-    record["peak_rss_mb"] = status_kb("VmHWM") / 1024.0
-    record["rss_before_mb"] = rss_before / 1024.0
-    record["state_mb"] = powersgd_state_bytes(optimizer) / 2.0 ** 20
+    record["peak_rss_mb"] = status_kb("VmHWM") * 1024 / 1e6
+    record["state_mb"] = powersgd_state_bytes(optimizer) / 1e6
     record["gradient_mb"] = sum(int(np.prod(w.shape)) for w in model.trainable_weights) * 4 / 1e6
     # Every rank must end with the same weights, bit for bit.
     weights = [w.astype(np.float64) for w in model.get_weights()]
@@ -101,6 +106,8 @@ def train(keras, hvd, name, args, data, epochs):
 
 
 def summarize(record, target):
+    """(median step seconds after the first epoch, (epochs, seconds) to the
+    target accuracy or None)."""
     steady = [t for epoch in record["batches"][1:] for t in epoch]
     reached, elapsed = None, 0.0
     for epoch, (seconds, acc) in enumerate(zip(record["epoch_train"], record["accuracy"])):
@@ -127,42 +134,36 @@ def loadavg():
 
 
 def work(args):
+    """Trains with one choice; rank 0 prints its figures as one RESULT line."""
     import keras
 
     import tf_ring.keras as hvd
-    from bench_util import print_table
 
     hvd.init()
     load_before = loadavg()
-    data = load_digits_split(hvd.size())
-    epochs = args.epochs
-    records = {}
-    for name in args.choices.split(","):
-        records[name] = train(keras, hvd, name, args, data, epochs)
-        keras.backend.clear_session()
-        gc.collect()
-    wire = mpi4py_allreduce_seconds(records["none"]["gradient_mb"])
-    load_after = loadavg()
-    base = summarize(records["none"], args.target)[0]
-    rows = []
-    for name, record in records.items():
-        step, reached = summarize(record, args.target)
-        rows.append([name, "%.1f" % (step * 1e3), "%.2fx" % (base / step),
-                     "-" if reached is None else str(reached[0]),
-                     "-" if reached is None else "%.1f" % reached[1],
-                     "%.1f" % (100 * record["accuracy"][-1]),
-                     "%.0f" % record["peak_rss_mb"]])
-    rows.append(["mpi4py Allreduce of %.1f MB alone" % records["none"]["gradient_mb"],
-                 "%.1f" % (wire * 1e3), "", "", "", "", ""])
-    name = "powersgd rank %d, warm-up %d steps" % (args.rank, args.warmup_steps)
-    print_table("%s; Keras 3 fit, MLP %dx%d on digits, batch %d per rank, %d epochs; target "
-                "accuracy %.1f%%; %s; loadavg %s before, %s after (step = median batch time "
-                "after epoch 1)" % (args.link, DEPTH, WIDTH, PER_RANK_BATCH, epochs,
-                                    100 * args.target, name, load_before, load_after),
-                ["compression", "step ms", "speedup", "epochs to target", "s to target",
-                 "final acc %", "peak RSS MB"], rows)
-    if hvd.rank() == 0 and "powersgd" in records:
-        extra = records["powersgd"]["peak_rss_mb"] - records["none"]["peak_rss_mb"]
-        print("powersgd state: %.1f MB (Q factors and residuals; %.1f MB of float32 gradients); "
-              "peak RSS %+.0f MB against none" % (records["powersgd"]["state_mb"],
-                                                  records["none"]["gradient_mb"], extra))
+    record = train(keras, hvd, args.choice, args, load_digits_split(hvd.size()), args.epochs)
+    step, reached = summarize(record, args.target)
+    result = dict(choice=args.choice, step_s=step, reached=reached,
+                  final_accuracy=record["accuracy"][-1], peak_rss_mb=record["peak_rss_mb"],
+                  state_mb=record["state_mb"], gradient_mb=record["gradient_mb"],
+                  load_before=load_before, load_after=loadavg())
+    if args.choice == "none":  # the same bytes by raw MPI, nothing else
+        result["mpi4py_allreduce_s"] = mpi4py_allreduce_seconds(record["gradient_mb"])
+    if hvd.rank() == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--target", type=float, default=0.97, help="held-out accuracy to reach")
+    parser.add_argument("--rank", type=int, default=4, help="PowerSGD's rank")
+    parser.add_argument("--warmup-steps", type=int, default=22,
+                        help="PowerSGD's start_powerSGD_iter (22 steps: one epoch)")
+    parser.add_argument("--choice", choices=CHOICES, default="none")
+    work(parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_util
+    main()
