@@ -112,7 +112,7 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none, sparse_
         if variables is None:
             raise ValueError("Compression.powersgd keeps state per variable: the gradient "
                              "reduction needs the variables of the gradients")
-        reduced = powersgd_reduce(powersgd.state, [g for _, g in dense],
+        reduced = powersgd_reduce(powersgd, [g for _, g in dense],
                                   [variables[i] for i, _ in dense], op, prescale_factor,
                                   postscale_factor, process_set, name)
         for (i, _), out in zip(dense, reduced):

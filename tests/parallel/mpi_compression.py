@@ -80,7 +80,7 @@ def test_powersgd_matches_numpy_on_every_rank(mode, op):
         assert (_gather(q, "psgd_q0_%s_%s_%d" % (mode, op, v)) == q).all()
 
     def step(grads):
-        return powersgd_reduce(config.state, grads, variables, op=reduce_op,
+        return powersgd_reduce(config, grads, variables, op=reduce_op,
                                name="psgd_%s_%s" % (mode, op))
     step = run(mode, step)
     reference = ReferencePowerSGD(hvd.size(), initial_q, start_iter=1)
@@ -111,13 +111,13 @@ def test_error_feedback_carries_the_residual():
     approximation of the mean residual, on every rank alike."""
     variables = _variables()[:1]
     config = hvd.Compression.powersgd(rank=1, start_powerSGD_iter=0, min_compression_rate=1.0)
-    first = powersgd_reduce(config.state, [tf.constant(_grads(hvd.rank(), 0)[0])], variables,
+    first = powersgd_reduce(config, [tf.constant(_grads(hvd.rank(), 0)[0])], variables,
                             name="psgd_feedback_0")[0]
     residual = config.state._slots[id(variables[0])].residual.numpy()
     residuals = _gather(residual, "psgd_feedback_residuals")
     mean = np.mean([_grads(r, 0)[0] for r in range(hvd.size())], axis=0)
     np.testing.assert_allclose(first.numpy() + residuals.mean(axis=0), mean, rtol=1e-4, atol=1e-5)
-    second = powersgd_reduce(config.state, [tf.zeros(SHAPES[0])], variables,
+    second = powersgd_reduce(config, [tf.zeros(SHAPES[0])], variables,
                              name="psgd_feedback_1")[0].numpy()
     assert np.abs(second).max() > 1e-3  # the residual, not the zero gradient, was sent
     assert (_gather(second, "psgd_feedback_second") == second).all()
@@ -128,9 +128,9 @@ def test_bad_settings_fail_on_every_rank():
         hvd.Compression.powersgd(rank=0)
     variables = _variables()
     with pytest.raises(ValueError, match="rank 13 is larger than the smaller side of every"):
-        powersgd_reduce(hvd.Compression.powersgd(rank=13).state, [None] * 4, variables)
+        powersgd_reduce(hvd.Compression.powersgd(rank=13), [None] * 4, variables)
     with pytest.raises(ValueError, match="op=tf_ring.Average or tf_ring.Sum"):
-        powersgd_reduce(hvd.Compression.powersgd().state, [None] * 4, variables, op=hvd.Max)
+        powersgd_reduce(hvd.Compression.powersgd(), [None] * 4, variables, op=hvd.Max)
     with pytest.raises(TypeError, match="pass it as compression= to DistributedOptimizer"):
         hvd.allreduce(tf.ones(3), compression=hvd.Compression.powersgd())
     # Every rank is still in step: a collective after the errors completes.
@@ -220,3 +220,35 @@ def test_optimizer_and_tape_refuse_what_powersgd_cannot_do():
         cases.fit_digits(keras, lambda: keras.optimizers.SGD(0.1),
                          hvd.Compression.powersgd(rank=100), 1)
     assert hvd.allreduce(tf.ones(1), op=hvd.Sum, name="psgd_k3_after").numpy()[0] == hvd.size()
+
+
+def test_v1_optimizer_in_a_graph_matches_numpy():
+    """tf.compat.v1 DistributedOptimizer in a v1 graph and session: the state
+    updates run although only the gradients are fetched."""
+    raw_steps, reduced_steps = [], []
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6])
+        w1 = tf.Variable(rank_input(0, (6, 12), tf.float32, seed=70, low=-1, high=1), name="w1")
+        w2 = tf.Variable(rank_input(0, (12, 4), tf.float32, seed=71, low=-1, high=1), name="w2")
+        loss = tf.reduce_sum(tf.square(tf.matmul(tf.tanh(tf.matmul(x, w1)), w2)))
+        config = hvd.Compression.powersgd(rank=2, start_powerSGD_iter=1, min_compression_rate=1.0)
+        optimizer = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                             compression=config)
+        reduced = [g for g, _ in optimizer.compute_gradients(loss, [w1, w2])]
+        raw = tf.gradients(loss, [w1, w2])
+        session.run(tf.compat.v1.global_variables_initializer())
+        initial_q = session.run([config.state._slots[id(w)].q for w in (w1, w2)])
+        for s in range(3):
+            feed = {x: rank_input(hvd.rank(), (5, 6), tf.float32, seed=80 + s)}
+            got_raw, got = session.run([raw, reduced], feed)
+            raw_steps.append(got_raw)
+            reduced_steps.append(got)
+        residual = session.run(config.state._slots[id(w1)].residual)
+    reference = ReferencePowerSGD(hvd.size(), initial_q, start_iter=1)
+    for s in range(3):
+        gathered = [hvd.allgather(tf.constant(g)[None], name="psgd_v1_%d_%d" % (s, i)).numpy()
+                    for i, g in enumerate(raw_steps[s])]
+        every = [[g[r] for g in gathered] for r in range(hvd.size())]
+        for got, want in zip(reduced_steps[s], reference.step(every)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(residual, reference.residual[hvd.rank()][0], rtol=1e-4, atol=1e-5)

@@ -33,7 +33,7 @@ def allreduce_gradients(grads, variables, op, compression, prescale_factor=1.0, 
                 else to_dense(g) * tf.cast(scale, g.dtype) for g in grads]
     powersgd = powersgd_of(compression, "DistributedOptimizer", op)
     if powersgd is not None:  # its own two grouped allreduces
-        return powersgd_reduce(powersgd.state, [None if g is None else to_dense(g) for g in grads],
+        return powersgd_reduce(powersgd, [None if g is None else to_dense(g) for g in grads],
                                variables, op, prescale_factor, postscale_factor,
                                process_set or global_process_set,
                                name="tf_ring.keras.%sgrad" % name_prefix)

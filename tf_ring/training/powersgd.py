@@ -34,6 +34,8 @@ import warnings
 
 import tensorflow as tf
 
+from tf_ring._op_common import Average, Sum
+from tf_ring.process_set import runtime_size
 from tf_ring.training.powersgd_math import compute_dtype, orthogonalize
 
 
@@ -153,6 +155,27 @@ class PowerSGD(tf.Module):
 
     decompress = compress
 
+    def reduce_gradients(self, grads, variables, wire):
+        """The gradient reducer's seam for a compressor with state: `grads`
+        (dense or None, one per variable of `variables`) reduced over the
+        ranks with this object's state, as wire's allreduce would reduce
+        them. wire: op, prescale_factor, postscale_factor, process_set and
+        allreduce(tensors, label), one grouped allreduce with those."""
+        check_op(wire.op, "gradient reduction")
+        scale = wire.prescale_factor * wire.postscale_factor
+        if wire.op == Sum:
+            scale = runtime_size(wire.process_set, tf.float32) * scale
+
+        def allreduce(tensors, stage):
+            return wire.allreduce(tensors, "powersgd." + stage)
+
+        def average(tensors, stage):
+            # The wire applies its op and scales; Q needs the plain average.
+            out = wire.allreduce(tensors, "powersgd." + stage)
+            return out if _is_one(scale) else [t / tf.cast(scale, t.dtype) for t in out]
+
+        return self.state.reduce(grads, variables, allreduce, average, scale)
+
     def matrix_shape(self, shape):
         """(n, m) of a tensor of `shape` seen as a matrix, or None for rank < 2."""
         shape = [int(d) for d in shape]
@@ -201,6 +224,14 @@ class PowerSGD(tf.Module):
         return var
 
 
+def check_op(op, what):
+    """PowerSGD averages its factors; the result can then be an average or a sum."""
+    if op not in (Average, Sum):
+        raise ValueError("%s: Compression.powersgd works with op=tf_ring.Average or tf_ring.Sum "
+                         "(it averages low-rank factors); got op=%r. Use Average, or "
+                         "compression=Compression.none with this op." % (what, op))
+
+
 def variable_label(var):
     return getattr(var, "path", None) or getattr(var, "name", None) or "variable"
 
@@ -218,12 +249,23 @@ class _Slots:
 
 
 def _keep(slots, m, approx, q, warm_start):
-    """Stores a step's residual (when kept) and Q (for a warm start)."""
+    """Stores a step's residual (when kept) and Q (for a warm start). The
+    result depends on the assignments: a cond branch in a v1 graph gets no
+    automatic control dependencies."""
+    updates = []
     if slots.residual is not None:
-        slots.residual.assign(m - approx)
+        updates.append(slots.residual.assign(m - approx))
     if warm_start:
-        slots.q.assign(q)
-    return tf.constant(True)
+        updates.append(slots.q.assign(q))
+    with tf.control_dependencies(updates):
+        return tf.constant(True)
+
+
+def _after(updates, tensors):
+    """`tensors`, computed only once `updates` ran: a v1 graph runs only what
+    its fetches depend on (tf.function and eager run every update anyway)."""
+    with tf.control_dependencies(updates):
+        return [None if t is None else tf.identity(t) for t in tensors]
 
 
 def _is_one(scale):
@@ -362,7 +404,8 @@ class PowerSGDState:
             # The counter is the same on every rank, so every rank takes the same branch.
             reduced = tf.cond(done < start, uncompressed, compressed)
         if self.step is not None:
-            self.step.assign_add(1)
+            with tf.control_dependencies([done]):  # a v1 graph would not order them
+                reduced = _after([self.step.assign_add(1)], reduced)
         for i, out in zip(present, reduced):
             results[i] = out
         return results
@@ -394,6 +437,7 @@ class PowerSGDState:
             return results
         ps = [orthogonalize(p, s.orthogonalization_epsilon) for p in first[len(plain):]]
         qs = average([tf.matmul(m, p, transpose_a=True) for m, p in zip(matrices, ps)], "q")
+        kept = []
         for i, m, p, q in zip(packed, matrices, ps, qs):
             slots = self._slots[id(variables[i])]
             approx = tf.matmul(p, q, transpose_b=True)
@@ -403,11 +447,12 @@ class PowerSGDState:
             # (A tf.cond, not tf.where: a select would read and write the whole
             # residual once more each step.)
             finite = tf.reduce_all(tf.math.is_finite(q))
-            tf.cond(finite, functools.partial(_keep, slots, m, approx, q, s.warm_start),
-                    lambda: tf.constant(False))
+            kept.append(tf.cond(finite, functools.partial(_keep, slots, m, approx, q,
+                                                          s.warm_start),
+                                lambda: tf.constant(False)))
             out = approx if _is_one(scale) else approx * tf.cast(scale, slots.dtype)
             results[i] = tf.cast(tf.reshape(out, tf.shape(grads[i])), grads[i].dtype)
-        return results
+        return _after(kept, results)
 
     def _start_q(self, slots, done):
         if self.settings.warm_start:

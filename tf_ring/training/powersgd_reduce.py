@@ -1,11 +1,18 @@
-"""PowerSGD with tf_ring's collectives: the one call a gradient reducer makes
-when its compression is Compression.powersgd(...)."""
+"""How today's two gradient reducers (gradient_reduction.py for the tape and
+the v1 optimizer, keras/_reduce.py) hand their gradients to PowerSGD.
+
+PowerSGD.reduce_gradients(grads, variables, wire) is the seam of issue 48's
+single reducer, which calls it for a compression object that has it. Until
+that reducer lands, Wire here stands in for its Wire, and the two reducers
+call powersgd_reduce; with it, both go (and the Keras optimizer's reducer
+settings take its own PowerSGD copy as their compression).
+"""
 import tensorflow as tf
 
 from tf_ring.grouped import grouped_allreduce
-from tf_ring.ops import Average, Sum
-from tf_ring.process_set import global_process_set, runtime_size
-from tf_ring.training.powersgd import PowerSGD
+from tf_ring.ops import Average
+from tf_ring.process_set import global_process_set
+from tf_ring.training.powersgd import PowerSGD, check_op
 
 
 def powersgd_of(compression, what, op=Average):
@@ -16,41 +23,33 @@ def powersgd_of(compression, what, op=Average):
                         "e.g. compression=tf_ring.Compression.powersgd(rank=2)" % what)
     if not isinstance(compression, PowerSGD):
         return None
-    check_powersgd_op(op, what)
+    check_op(op, what)
     return compression
 
 
-def check_powersgd_op(op, what):
-    """PowerSGD averages its factors; the result can then be an average or a sum."""
-    if op not in (Average, Sum):
-        raise ValueError("%s: Compression.powersgd works with op=tf_ring.Average or tf_ring.Sum "
-                         "(it averages low-rank factors); got op=%r. Use Average, or "
-                         "compression=Compression.none with this op." % (what, op))
+class Wire:
+    """One reduction's op, scale factors, process set and eager name, and a
+    grouped allreduce with them."""
+
+    def __init__(self, op, prescale_factor, postscale_factor, process_set, name):
+        self.op, self.process_set, self.name = op, process_set, name
+        self.prescale_factor, self.postscale_factor = prescale_factor, postscale_factor
+
+    def allreduce(self, tensors, label="compressed", compression=None):
+        name = "%s.%s" % (self.name, label) if tf.executing_eagerly() and self.name else None
+        return grouped_allreduce(tensors, op=self.op, compression=compression,
+                                 prescale_factor=self.prescale_factor,
+                                 postscale_factor=self.postscale_factor, name=name,
+                                 process_set=self.process_set)
 
 
-def powersgd_reduce(state, grads, variables, op=Average, prescale_factor=1.0,
+def powersgd_reduce(powersgd, grads, variables, op=Average, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set, name=None):
     """`grads` (dense or None, one per variable of `variables`) reduced over
-    `process_set` with PowerSGD's `state` (PowerSGD.state, or an optimizer's
-    PowerSGDState): what an allreduce with `op` and the scale factors gives,
-    with the large kernels approximated. Eagerly the collectives are named
-    `name`.powersgd.<stage> (the same on every rank); in a graph they take
-    their unique node names."""
-    check_powersgd_op(op, "gradient reduction")
-    process_set = process_set or global_process_set
-    eager = tf.executing_eagerly()
-    prefix = (name or "tf_ring") + ".powersgd."
-
-    def allreduce(tensors, stage):
-        return grouped_allreduce(tensors, op=op, prescale_factor=prescale_factor,
-                                 postscale_factor=postscale_factor,
-                                 name=prefix + stage if eager else None, process_set=process_set)
-
-    def average(tensors, stage):
-        return grouped_allreduce(tensors, op=Average, name=prefix + stage if eager else None,
-                                 process_set=process_set)
-
-    scale = prescale_factor * postscale_factor
-    if op == Sum:
-        scale = runtime_size(process_set, tf.float32) * scale
-    return state.reduce(grads, variables, allreduce, average, scale)
+    `process_set` with `powersgd`'s state: what an allreduce with `op` and
+    the scale factors gives, the large kernels approximated. Eagerly the
+    collectives are named `name`.powersgd.<stage> (the same on every rank);
+    in a graph they take their unique node names."""
+    wire = Wire(op, prescale_factor, postscale_factor, process_set or global_process_set,
+                name or "tf_ring")
+    return powersgd.reduce_gradients(grads, variables, wire)
