@@ -252,3 +252,40 @@ def test_v1_optimizer_in_a_graph_matches_numpy():
         for got, want in zip(reduced_steps[s], reference.step(every)):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(residual, reference.residual[hvd.rank()][0], rtol=1e-4, atol=1e-5)
+
+
+def test_tape_state_in_a_checkpoint_and_elastic_state(tmp_path):
+    """The tape's PowerSGD object (a tf.Module) is saved by tf.train.Checkpoint
+    and restored into a fresh one; with its variables in TensorFlowState,
+    restore() gives each rank its own committed residual back and sync()
+    gives every rank rank 0's state."""
+    from tf_ring.elastic.tf_state import TensorFlowState
+    variables = _variables()
+    config = hvd.Compression.powersgd(rank=2, start_powerSGD_iter=0, min_compression_rate=1.0)
+
+    def step(s):
+        return powersgd_reduce(config, [tf.constant(g) for g in _grads(hvd.rank(), s)], variables,
+                               name="psgd_tape_state_%d" % s)
+    step(0)
+    saved = [v.numpy() for v in config.variables]
+    assert len(saved) == 1 + 2 * 2  # the step counter, then Q and residual of both kernels
+    path = tf.train.Checkpoint(powersgd=config).write(str(tmp_path / "ckpt"))
+    fresh = hvd.Compression.powersgd(rank=2, start_powerSGD_iter=0, min_compression_rate=1.0)
+    fresh.build(variables)
+    assert any(not np.array_equal(v.numpy(), s) for v, s in zip(fresh.variables, saved))
+    tf.train.Checkpoint(powersgd=fresh).read(path).assert_consumed()
+    for got, want in zip(fresh.variables, saved):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+    state = TensorFlowState(variables + list(config.variables))
+    state.commit()
+    step(1)
+    assert any(not np.array_equal(v.numpy(), s) for v, s in zip(config.variables, saved))
+    state.restore()
+    for v, s in zip(config.variables, saved):
+        np.testing.assert_array_equal(v.numpy(), s)
+    residual = config.state._slots[id(variables[0])].residual
+    assert not (_gather(residual.numpy(), "psgd_tape_state_res") == residual.numpy()).all()
+    state.sync()
+    for i, v in enumerate(config.variables):
+        assert (_gather(v.numpy(), "psgd_tape_state_sync_%d" % i) == v.numpy()).all()
