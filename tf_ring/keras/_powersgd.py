@@ -9,19 +9,21 @@ loads them; a reloaded model's compression starts again from the seeded Q
 and zero residuals). The warm-up is counted with the optimizer's
 iterations, which model.save keeps: a reloaded model does not warm up again.
 """
+import dataclasses
+
 import tensorflow as tf
 
-from tf_ring.gradient_reduction import variable_key
-from tf_ring.training.powersgd_reduce import powersgd_of
+from tf_ring.training.powersgd import powersgd_of
 
 CHECKPOINT_NAME = "tf_ring_powersgd"
 
 
 def attach(optimizer):
     """Gives `optimizer` a PowerSGD state of its own when its settings'
-    compression is PowerSGD (a clear error when its op cannot use it)."""
+    compression is PowerSGD: its reducer compresses with that copy."""
     settings = optimizer._tf_ring_settings
-    config = powersgd_of(settings.compression, "DistributedOptimizer", settings.op)
+    reducer = settings.reducer
+    config = powersgd_of(reducer.settings.compression, "DistributedOptimizer", reducer.settings.op)
     if config is None:
         settings.powersgd = None
         return
@@ -36,6 +38,7 @@ def attach(optimizer):
         return tf.cast(tf.convert_to_tensor(iterations), tf.int64) // passes
 
     settings.powersgd = config.copy(clock=reductions_done)
+    reducer.settings = dataclasses.replace(reducer.settings, compression=settings.powersgd)
     optimizer._track_trackable(settings.powersgd, name=CHECKPOINT_NAME, overwrite=True)
 
 
@@ -45,5 +48,5 @@ def build_state(optimizer, variables):
     settings = getattr(optimizer, "_tf_ring_settings", None)
     if settings is None or settings.powersgd is None:
         return
-    settings.powersgd.build([v for v in variables if variable_key(v) not in settings.local_keys])
+    settings.powersgd.build([v for v in variables if not settings.reducer.is_local(v)])
 

@@ -34,8 +34,8 @@ import warnings
 
 import tensorflow as tf
 
-from tf_ring._op_common import Average, Sum
-from tf_ring.process_set import runtime_size
+from tf_ring.collectives._op_common import Average, Sum
+from tf_ring.runtime.process_set import runtime_size
 from tf_ring.training.powersgd_math import compute_dtype, orthogonalize
 
 
@@ -222,6 +222,18 @@ class PowerSGD(tf.Module):
             var = tf.Variable(initializer(shape, dtype), trainable=False, name=name, dtype=dtype)
         self._made.append(var)
         return var
+
+
+def powersgd_of(compression, what, op=Average):
+    """The PowerSGD object when `compression` is one, else None; a clear error
+    for PowerSGD's class given uncalled, or an op PowerSGD cannot give."""
+    if compression is PowerSGD:
+        raise TypeError("%s: compression=Compression.powersgd must be called with its settings, "
+                        "e.g. compression=tf_ring.Compression.powersgd(rank=2)" % what)
+    if not isinstance(compression, PowerSGD):
+        return None
+    check_op(op, what)
+    return compression
 
 
 def check_op(op, what):
