@@ -40,9 +40,10 @@ GROUPS = {
     "process_sets": (["process_sets", "process_sets_dynamic", "process_sets_idle"], {}),
     "elastic": (["elastic_state", "elastic_data", "elastic_mirror"], {}),
     "keras": (["keras", "keras_mixed_precision", "keras_warmup_and_load", "keras_xla",
-               "sync_batch_norm"], KERAS_ENV),
+               "sync_batch_norm", "compression"], KERAS_ENV),
     "tf_keras": (["tf_keras", "tf_keras_mixed_precision", "tf_keras_warmup_and_load",
-                  "tf_keras_xla", "sync_batch_norm_tf_keras", "elastic_tf_keras"], KERAS_ENV),
+                  "tf_keras_xla", "sync_batch_norm_tf_keras", "elastic_tf_keras",
+                  "compression_tf_keras"], KERAS_ENV),
 }
 
 

@@ -1,4 +1,5 @@
-"""Gradient compression for the wire: Compression.none and Compression.fp16."""
+"""Compression on the wire: Compression.none, fp16 and bf16 (casts, stateless).
+tf_ring.Compression, the public one, adds powersgd (tf_ring/training/compression.py)."""
 import tensorflow as tf
 
 
@@ -14,17 +15,15 @@ class NoneCompressor:
         return tensor
 
 
-class FP16Compressor:
-    """Sends float32/float64 tensors as float16 and casts the result back.
+class _CastCompressor:
+    """Sends float32/float64 tensors as `wire` and casts the result back;
+    other dtypes (integers, 16-bit floats) travel unchanged."""
+    wire = None
 
-    Halves the bytes on the wire at the cost of float16 precision and range.
-    Other dtypes (integers, float16, bfloat16) travel unchanged.
-    """
-
-    @staticmethod
-    def compress(tensor):
+    @classmethod
+    def compress(cls, tensor):
         if tensor.dtype in (tf.float32, tf.float64):
-            return tf.cast(tensor, tf.float16), tensor.dtype
+            return tf.cast(tensor, cls.wire), tensor.dtype
         return tensor, None
 
     @staticmethod
@@ -32,7 +31,20 @@ class FP16Compressor:
         return tf.cast(tensor, ctx) if ctx is not None else tensor
 
 
+class FP16Compressor(_CastCompressor):
+    """float16 on the wire: half the bytes, 11 bits of precision, and a range
+    that ends at 65504 (a larger gradient, or a sum of them, becomes inf)."""
+    wire = tf.float16
+
+
+class BF16Compressor(_CastCompressor):
+    """bfloat16 on the wire: half the bytes, float32's range (no overflow),
+    8 bits of precision (less than fp16's 11)."""
+    wire = tf.bfloat16
+
+
 class Compression:
-    """The compression choices, with Horovod's names."""
+    """The collectives' compression choices, with Horovod's names; bf16 is tf_ring's."""
     none = NoneCompressor
     fp16 = FP16Compressor
+    bf16 = BF16Compressor

@@ -68,11 +68,20 @@ class TensorFlowState(_VariablesState):
 
 def optimizer_variables(optimizer):
     """An optimizer's variables, whether `variables` is a list (Keras 3) or a
-    method (tf_keras)."""
+    method (tf_keras), and the PowerSGD state a tf_ring optimizer keeps
+    besides them (tf_ring/keras/_powersgd.py)."""
     if optimizer is None:
         return []
     variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
+    return list(variables() if callable(variables) else variables) + _powersgd_state(optimizer)
+
+
+def _powersgd_state(optimizer):
+    for candidate in (optimizer, getattr(optimizer, "inner_optimizer", None)):
+        powersgd = getattr(getattr(candidate, "_tf_ring_settings", None), "powersgd", None)
+        if powersgd is not None:
+            return list(powersgd.variables)
+    return []
 
 
 def build_optimizer(optimizer, model):

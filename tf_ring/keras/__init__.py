@@ -11,7 +11,7 @@ from tf_ring.runtime.basics import (cross_rank, cross_size, init, is_initialized
                                     local_size, mpi_built, mpi_threads_supported, nccl_built, rank,
                                     shutdown, size)
 from tf_ring.collectives.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast
-from tf_ring.collectives.compression import Compression
+from tf_ring.training.compression import Compression
 from tf_ring.collectives.joining import join
 from tf_ring.collectives.exchange import reducescatter
 from tf_ring.collectives.variables import broadcast_global_variables

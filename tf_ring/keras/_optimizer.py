@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tf_ring.collectives import ops
 from tf_ring.collectives.compression import Compression
-from tf_ring.keras import _flavor, _xla
+from tf_ring.keras import _flavor, _powersgd, _xla
 from tf_ring.keras._aggregation import LocalGradientAccumulator
 from tf_ring.keras._loss_scale import PreReduced, install_keras3_hook, tf_keras_aggregate
 from tf_ring.runtime.process_set import global_process_set
@@ -52,6 +52,7 @@ class _Settings:
         self.reduced_by_caller = False
         self.pre_reduced = PreReduced()
         self.applying = False
+        self.powersgd = None  # this optimizer's own PowerSGD copy (_powersgd.attach)
 
 
 def _register_local_var(optimizer, var):
@@ -61,6 +62,10 @@ def _register_local_var(optimizer, var):
 def _keras3_subclass(base):
     class Keras3Distributed(base):
         register_local_var = _register_local_var
+
+        def build(self, variables):
+            base.build(self, variables)
+            _powersgd.build_state(self, variables)
 
         def apply(self, grads, trainable_variables=None):
             settings = self._tf_ring_settings
@@ -98,6 +103,7 @@ def _reduce_and_apply_gradients(optimizer, base, pairs, args, kwargs):
     settings = optimizer._tf_ring_settings
     grads = [None if g is None else to_dense(g) for g, _ in pairs]
     variables = [v for _, v in pairs]
+    _powersgd.build_state(optimizer, variables)  # not inside the tf.cond below
     if settings.accumulator is None:
         reduced = settings.reducer.reduce(grads, variables)
         return base.apply_gradients(optimizer, list(zip(reduced, variables)), *args, **kwargs)
@@ -135,6 +141,12 @@ def _tf_keras_subclass(base):
                 return _reduce_and_apply_gradients(self, base, pairs, args, kwargs)
             finally:
                 settings.applying = False
+
+    if hasattr(base, "build") and not _flavor.is_tf_keras_legacy_optimizer_class(base):
+        def build(self, var_list):
+            base.build(self, var_list)
+            _powersgd.build_state(self, var_list)
+        TfKerasDistributed.build = build
 
     # A loss-scale optimizer aggregates through these before its finiteness check.
     for hook in ("aggregate_gradients", "_aggregate_gradients"):
@@ -210,6 +222,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     cls = distributed_class(_base_class(optimizer))
     wrapped = cls.from_config(optimizer.get_config())
     wrapped._tf_ring_settings = settings
+    _powersgd.attach(wrapped)
     return wrapped
 
 
@@ -239,6 +252,7 @@ def make_distributed_in_place(optimizer, local_variables=(), **settings):
     settings = _Settings(**settings)
     optimizer.__class__ = distributed_class(_base_class(optimizer))
     optimizer._tf_ring_settings = settings
+    _powersgd.attach(optimizer)
     for var in local_variables:
         optimizer.register_local_var(var)
     return optimizer

@@ -117,7 +117,9 @@ class GradientReducer:
     def _sparse(self, grad, index, scale):
         s = self.settings
         name = "%s.sparse%d" % (self.name, index) if tf.executing_eagerly() and self.name else None
-        out = grouped_allreduce([grad], op=s.op, compression=s.compression, name=name,
+        # A compressor that takes over (PowerSGD) sees dense gradients only.
+        compression = None if hasattr(s.compression, "reduce_gradients") else s.compression
+        out = grouped_allreduce([grad], op=s.op, compression=compression, name=name,
                                 process_set=s.process_set)[0]
         return out if scale == 1.0 else _scaled(out, scale)
 

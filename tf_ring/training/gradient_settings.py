@@ -8,6 +8,7 @@ import warnings
 from tf_ring.collectives.compression import Compression
 from tf_ring.collectives.ops import Average
 from tf_ring.runtime.process_set import global_process_set, process_set_id_of
+from tf_ring.training.powersgd import powersgd_of
 
 # How the dense gradients are issued. GROUPED (the tape, the v1 optimizer):
 # grouped allreduces, `groups` of them (one when groups is None or 0).
@@ -49,6 +50,7 @@ def gradient_settings(what, op=Average, compression=Compression.none, sparse_as_
         raise ValueError("%s: gradient_predivide_factor needs op=tf_ring.Average (it splits the "
                          "average's division), got op=%r" % (what, op))
     process_set_id_of(process_set, what)  # registered, or a clear error
+    powersgd_of(compression, what, op)  # usable with op, or a clear error
     prescale, postscale = predivide_scales(op, gradient_predivide_factor)
     return GradientSettings(op=op, compression=compression, sparse_as_dense=sparse_as_dense,
                             groups=resolve_groups(num_groups, groups), prescale=prescale,
