@@ -3,7 +3,7 @@
 // conversion, when collectives go hierarchical, the agreement on process
 // set changes, the engine settings every rank takes from rank 0, and the
 // collectives' 64-bit counts. Built with g++ alone (no TensorFlow, no MPI)
-// by tests/test_engine_unit.py, which also proves the engine needs neither.
+// by tests/builds/test_engine_unit.py, which also proves the engine needs neither.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
