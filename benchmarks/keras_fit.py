@@ -13,6 +13,13 @@ tf_ring ranks have stopped, so the two measurements never share the CPUs):
 MultiWorkerMirroredStrategy cannot run Keras 3 model.fit across processes
 (keras-team/keras#20585), so its side uses tf_keras (TF_USE_LEGACY_KERAS=1),
 its only working Keras. Each MWMS worker is this script with --mwms-worker.
+
+With --pipeline the batches come from a tf.data pipeline instead of one
+batch in memory: each sample is made by a parallel map (num_parallel_calls
+AUTOTUNE: TensorFlow's threads on the same cores as the ranks) and
+prefetched, the load real training puts beside its collectives
+(benchmarks/under_load.py runs it quiet and under load). Rank 0's last line
+is `KERAS_FIT {json}` with both rates.
 """
 import argparse
 import json
@@ -35,6 +42,10 @@ def parse_args():
     parser.add_argument("--windows", type=int, default=3,
                         help="timed windows; the median window is reported (the CPUs may be shared)")
     parser.add_argument("--skip-mwms", action="store_true")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="feed fit() from a tf.data parallel map with prefetch, not one batch in memory")
+    parser.add_argument("--map-passes", type=int, default=96,
+                        help="arithmetic passes per sample in --pipeline's map (its CPU cost)")
     parser.add_argument("--mwms-worker", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -50,6 +61,26 @@ def synthetic_batch(rows, seed):
     rng = np.random.default_rng(seed)
     return (rng.normal(size=(rows, INPUTS)).astype(np.float32),
             rng.integers(0, CLASSES, size=(rows,)).astype(np.int64))
+
+
+def make_dataset(tf, rows, seed, pipeline, passes=96):
+    """One synthetic batch of `rows` repeated, or (pipeline) batches of
+    samples each made by a parallel map: a few passes of arithmetic over its
+    features, so the map's threads keep the cores busy as decoding and
+    augmentation do."""
+    if not pipeline:
+        return tf.data.Dataset.from_tensors(synthetic_batch(rows, seed)).repeat()
+
+    def sample(index):
+        key = tf.stack([tf.cast(seed, tf.int64), index])
+        x = tf.random.stateless_normal((INPUTS,), seed=key)
+        for _ in range(passes):  # stand-in for decoding and augmentation
+            x = tf.math.tanh(x * 1.01 + tf.math.sin(x))
+        y = tf.random.stateless_uniform((), seed=key + 1, maxval=CLASSES, dtype=tf.int64)
+        return x, y
+
+    return (tf.data.Dataset.range(1 << 40).map(sample, num_parallel_calls=tf.data.AUTOTUNE)
+            .batch(rows).prefetch(tf.data.AUTOTUNE))
 
 
 def timed_fit(keras, model, dataset, args):
@@ -79,8 +110,7 @@ def run_tf_ring(args):
     model = build_mlp(keras)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    x, y = synthetic_batch(args.batch_size, seed=hvd.rank())
-    dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
+    dataset = make_dataset(tf, args.batch_size, hvd.rank(), args.pipeline, args.map_passes)
     seconds = timed_fit(keras, model, dataset, args)
     samples_per_s = args.steps * args.batch_size * hvd.size() / seconds
     # The slowest rank decides the job's throughput.
@@ -102,8 +132,7 @@ def run_mwms_worker(args):
         model.compile(optimizer=tf_keras.optimizers.SGD(0.01),
                       loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     # MWMS takes the global batch and gives each worker batch_size rows of it.
-    x, y = synthetic_batch(args.batch_size * workers, seed=args.mwms_worker)
-    dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
+    dataset = make_dataset(tf, args.batch_size * workers, args.mwms_worker, args.pipeline, args.map_passes)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     seconds = timed_fit(tf_keras, model, dataset.with_options(options), args)
@@ -135,6 +164,7 @@ def run_mwms(args, workers):
         cmd = [sys.executable, os.path.abspath(__file__), "--mwms-worker", str(index),
                "--batch-size", str(args.batch_size), "--warmup-steps", str(args.warmup_steps),
                "--steps", str(args.steps), "--windows", str(args.windows)]
+        cmd += ["--pipeline", "--map-passes", str(args.map_passes)] if args.pipeline else []
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     results = []
@@ -164,14 +194,16 @@ def main():
     rows = [("tf_ring, Keras 3", tf_ring_rate)]
     if not args.skip_mwms:
         rows.append(("MultiWorkerMirroredStrategy, tf_keras", run_mwms(args, size)))
-    print("\nKeras fit, MLP %dx%d, batch %d per rank, %d ranks, median of %d windows of %d steps"
-          % (DEPTH, WIDTH, args.batch_size, size, args.windows, args.steps))
+    print("\nKeras fit, MLP %dx%d, batch %d per rank, %d ranks, median of %d windows of %d steps%s"
+          % (DEPTH, WIDTH, args.batch_size, size, args.windows, args.steps,
+             ", tf.data parallel map" if args.pipeline else ""))
     print("| %-38s | %10s |" % ("setup", "samples/s"))
     print("|%s|%s|" % ("-" * 40, "-" * 12))
     for name, rate in rows:
         print("| %-38s | %10.1f |" % (name, rate))
     if len(rows) == 2:
         print("tf_ring / MWMS: %.2fx" % (rows[0][1] / rows[1][1]))
+    print("KERAS_FIT " + json.dumps({name: rate for name, rate in rows}), flush=True)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ int ShmSegment::LeadCacheProbe() {
     int round = 0;
     auto send = [&]() {
       const uint64_t ping = base + (static_cast<uint64_t>(q) << 6) + (++round);
-      mine->store(ping, std::memory_order_release);
+      PublishWord(mine, ping);
       return ping;
     };
     // The peer may not have reached this allreduce yet: wait as a barrier does.
@@ -143,7 +143,7 @@ int ShmSegment::LeadCacheProbe() {
                : slowest_ns > kApartRoundTripNs       ? kCacheApart
                                                       : kCacheUnknown;
   if (forced_answer_ >= 0) answer = forced_answer_;
-  mine->store(base + kFinal + static_cast<uint64_t>(answer), std::memory_order_release);
+  PublishWord(mine, base + kFinal + static_cast<uint64_t>(answer));
   return answer;
 }
 
@@ -156,7 +156,7 @@ int ShmSegment::FollowCacheProbe() {
     if (!WaitForPeer(0, leader, ping)) return -1;
     const uint64_t seen = leader->load(std::memory_order_acquire);
     if (seen >= base + kFinal) return static_cast<int>(seen - base - kFinal);
-    probe_word(rank_)->store(seen, std::memory_order_release);  // the echo
+    PublishWord(probe_word(rank_), seen);  // the echo
   }
 }
 

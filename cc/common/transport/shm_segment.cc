@@ -1,7 +1,6 @@
 #include "common/transport/shm_segment.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -13,11 +12,11 @@
 #include <chrono>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "common/observability/logging.h"
 #include "common/transport/cross_memory.h"
 #include "common/transport/peer_failure.h"
+#include "common/transport/peer_wait.h"
 
 namespace tf_ring {
 
@@ -34,10 +33,12 @@ constexpr size_t kSmallAreaBytes = 64 << 10;
 constexpr size_t kHeaderBytes = kCounterBytes + kTableBytes + 2 * kSmallAreaBytes;  // data page-aligned
 constexpr size_t kPageBytes = 4096;
 constexpr int kNameBytes = 64;
-// Waiting on a peer, check its process once per this many sleeps (each at
-// least 20 us): a dead peer is seen within milliseconds, and the check
-// (reading /proc) costs nothing measurable.
-constexpr int kSleepsPerLivenessCheck = 128;
+// A sleeping waiter wakes this often whatever happens, to see the abort
+// word, and checks its peer's process every few wakes: a dead peer is seen
+// within milliseconds, and the check (reading /proc) costs nothing
+// measurable at that rate.
+constexpr std::chrono::microseconds kSleepSlice{1000};
+constexpr int kSleepsPerLivenessCheck = 4;
 // The abort word: 0 while the segment is usable; kAbortUnknown when a rank
 // gave up without naming a dead peer; otherwise the dead peer's rank + 2.
 constexpr uint64_t kAbortUnknown = 1;
@@ -151,12 +152,16 @@ Status ShmSegment::Init(MPI_Comm local_comm, size_t area_bytes, SingleCopyMode s
   new (flag(rank_)) std::atomic<uint64_t>(0);
   new (and_counter(rank_)) std::atomic<uint64_t>(0);
   new (probe_word(rank_)) std::atomic<uint64_t>(0);
+  for (std::atomic<uint64_t>* word : {counter(rank_), and_counter(rank_), probe_word(rank_)}) {
+    new (sleepers_of(word)) std::atomic<uint32_t>(0);
+  }
   if (rank_ == 0) new (abort_word()) std::atomic<uint64_t>(0);
   *identity(rank_) = ThisProcess();
   *owner_rank_of(rank_) = owner_rank;
   epoch_ = 0;
   and_epoch_ = 0;
   small_calls_ = 0;
+  spin_ = SpinBeforeSleep();
   shared_cache_chunk_bytes_ = 0;  // until AllowSharedCacheChunks
   probe_epoch_ = 0;
   die_at_barrier_ = DieAtBarrier(owner_rank);
@@ -197,6 +202,7 @@ void ShmSegment::Release(bool abort_waiters) {
     if (abort_waiters) {
       uint64_t none = 0;
       abort_word()->compare_exchange_strong(none, kAbortUnknown);
+      WakeAllSleepers();  // they see the abort word now, not at their next wake
     }
     munmap(base_, mapped_bytes_);
   }
@@ -210,6 +216,14 @@ void ShmSegment::Release(bool abort_waiters) {
   pids_.clear();
 }
 
+void ShmSegment::WakeAllSleepers() {
+  for (int r = 0; r < size_; ++r) {
+    for (std::atomic<uint64_t>* word : {counter(r), and_counter(r), probe_word(r)}) {
+      WakeSleepers(SharedWord{word, sleepers_of(word)});
+    }
+  }
+}
+
 bool ShmSegment::PeerGone(int rank) {
   if (!watches_peers_ || CheckLiveness(*identity(rank)) != Liveness::kGone) return false;
   const int32_t dead = *owner_rank_of(rank);
@@ -218,6 +232,7 @@ bool ShmSegment::PeerGone(int rank) {
                               ") died while the others waited for it in shared memory");
   uint64_t none = 0;
   abort_word()->compare_exchange_strong(none, dead >= 0 ? static_cast<uint64_t>(dead) + 2 : kAbortUnknown);
+  WakeAllSleepers();
   return true;
 }
 
@@ -229,51 +244,35 @@ bool ShmSegment::PeerAborted() {
 }
 
 bool ShmSegment::WaitForPeer(int r, std::atomic<uint64_t>* word, uint64_t target) {
-  int spins = 0, sleeps = 0;
-  while (word->load(std::memory_order_acquire) < target) {
+  using Clock = std::chrono::steady_clock;
+  if (word->load(std::memory_order_acquire) >= target) return true;
+  const auto spin_until = Clock::now() + spin_;
+  int polls = 0;
+  for (;;) {
+    if (word->load(std::memory_order_acquire) >= target) return true;
     if (PeerAborted()) return false;
-    if (++spins < 2000) {
-      CpuRelax();
-    } else if (spins < 4000) {
-      sched_yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-      if (++sleeps % kSleepsPerLivenessCheck == 0) PeerGone(r);  // sets the abort word
-    }
+    // The clock is read rarely: each read delays seeing the peer's store.
+    if (++polls % 64 == 0 && Clock::now() >= spin_until) break;
+    CpuRelax();
   }
-  return true;
+  const SharedWord shared{word, sleepers_of(word)};
+  for (int sleeps = 1;; ++sleeps) {
+    const uint64_t seen = word->load(std::memory_order_acquire);
+    if (seen >= target) return true;
+    if (PeerAborted()) return false;
+    SleepWhile(shared, seen, kSleepSlice);
+    if (sleeps % kSleepsPerLivenessCheck == 0) PeerGone(r);  // sets the abort word
+  }
 }
 
-// A peer may be far away here (busy in TensorFlow until its next cycle), so
-// after a short spin this naps, as MpiContext::Wait does for the MPI round
-// it replaces: a waiting engine must not hold a core its peer needs.
-bool ShmSegment::WaitPatiently(int r, std::atomic<uint64_t>* word, uint64_t target) {
-  using Clock = std::chrono::steady_clock;
-  const auto spin_until = Clock::now() + kPatientSpin;
-  int polls = 0;
-  while (word->load(std::memory_order_acquire) < target) {
-    if (PeerAborted()) return false;
-    CpuRelax();
-    if (++polls % 64 == 0 && Clock::now() >= spin_until) break;
-  }
-  auto nap = std::chrono::microseconds(5);
-  int naps_at_max = 0;
-  while (word->load(std::memory_order_acquire) < target) {
-    if (PeerAborted()) return false;
-    std::this_thread::sleep_for(nap);
-    if (nap < kPatientMaxNap) {
-      nap *= 2;
-    } else if (++naps_at_max % 16 == 0) {
-      PeerGone(r);  // sets the abort word
-    }
-  }
-  return true;
+void ShmSegment::PublishWord(std::atomic<uint64_t>* word, uint64_t value) {
+  Publish(SharedWord{word, sleepers_of(word)}, value);
 }
 
 bool ShmSegment::Barrier() {
   ++epoch_;
   if (epoch_ == die_at_barrier_) raise(SIGKILL);
-  counter(rank_)->store(epoch_, std::memory_order_release);
+  PublishWord(counter(rank_), epoch_);
   for (int r = 0; r < size_; ++r) {
     if (r != rank_ && !WaitForPeer(r, counter(r), epoch_)) return false;
   }
@@ -294,10 +293,10 @@ bool ShmSegment::AllreduceAnd(uint64_t* words, size_t n) {
   ++and_epoch_;
   const int slot = static_cast<int>(and_epoch_ & 1);
   std::memcpy(and_slot(rank_, slot), words, n * sizeof(uint64_t));
-  and_counter(rank_)->store(and_epoch_, std::memory_order_release);
+  PublishWord(and_counter(rank_), and_epoch_);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    if (!WaitPatiently(r, and_counter(r), and_epoch_)) return false;
+    if (!WaitForPeer(r, and_counter(r), and_epoch_)) return false;
     const uint64_t* theirs = and_slot(r, slot);
     for (size_t i = 0; i < n; ++i) words[i] &= theirs[i];
   }

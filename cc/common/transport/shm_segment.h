@@ -129,11 +129,18 @@ class ShmSegment {
   }
 
   // Wait until a peer's `word` reaches `target`; false when the segment
-  // was aborted or the peer's process died meanwhile. WaitForPeer, inside
-  // a collective every rank has started, spins long; WaitPatiently, for a
-  // round a peer may join only at its next cycle, naps after 50 us.
+  // was aborted or the peer's process died meanwhile. Spins for
+  // SpinBeforeSleep(), then sleeps until the peer's Publish() wakes it
+  // (peer_wait.h): a waiter that kept its core would starve a descheduled
+  // peer of it.
   bool WaitForPeer(int r, std::atomic<uint64_t>* word, uint64_t target);
-  bool WaitPatiently(int r, std::atomic<uint64_t>* word, uint64_t target);
+  // Stores a word peers wait on, waking those asleep on it.
+  void PublishWord(std::atomic<uint64_t>* word, uint64_t value);
+  // The count of processes asleep on a word peers wait on: the next word,
+  // on the same cache line (the counter, AND counter and probe words).
+  static std::atomic<uint32_t>* sleepers_of(std::atomic<uint64_t>* word) {
+    return reinterpret_cast<std::atomic<uint32_t>*>(word + 1);
+  }
   bool PeerAborted();  // the abort word is set: notes the lost peer
   // The cache probe's word per rank, on a line of its own in the counter page.
   std::atomic<uint64_t>* probe_word(int rank) const { return counters_[rank] + 48; }
@@ -141,13 +148,12 @@ class ShmSegment {
   enum CacheAnswer { kCacheUnknown = 0, kCacheShared = 1, kCacheApart = 2 };
   int LeadCacheProbe();    // local rank 0: a CacheAnswer
   int FollowCacheProbe();  // the others: rank 0's answer, -1 when it died
-  static constexpr std::chrono::microseconds kPatientSpin{50};
-  static constexpr std::chrono::microseconds kPatientMaxNap{200};
   std::atomic<uint64_t>* counter(int rank) const { return counters_[rank]; }
   std::atomic<uint64_t>* abort_word() const { return counters_[0] + 16; }
   ProcessIdentity* identity(int rank) const { return reinterpret_cast<ProcessIdentity*>(counters_[rank] + 24); }
   int32_t* owner_rank_of(int rank) const { return reinterpret_cast<int32_t*>(counters_[rank] + 32); }
   bool PeerGone(int rank);
+  void WakeAllSleepers();  // after setting the abort word
   Status Map(MPI_Comm local_comm, size_t bytes);
 
   char* base_ = nullptr;
@@ -159,6 +165,7 @@ class ShmSegment {
   uint64_t epoch_ = 0;
   uint64_t and_epoch_ = 0;
   uint64_t small_calls_ = 0;
+  std::chrono::microseconds spin_{0};  // SpinBeforeSleep(), read at Init
   size_t shared_cache_chunk_bytes_ = 0;  // 0: no probe, always the area
   uint64_t probe_epoch_ = 0;
   int forced_answer_ = -1;  // tests only: TF_RING_TEST_SHM_SHARED_CACHE, or -1

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "common/collectives/collectives.h"
+#include "common/transport/mpi_context.h"
 #include "common/transport/mpi_types.h"
 #include "common/transport/peer_failure.h"
 
@@ -27,7 +28,19 @@ AcrossHosts CrossHostAllreduce(const HostLayout& hosts, DataType dtype, ReduceOp
           "MPI_Iallreduce across hosts failed with code " + std::to_string(rc));
       return Status::OK();
     }
-    rc = MpiAllreduceLarge(data, elements, type, elem, mpi_op, cross);
+    if (elements <= std::numeric_limits<int>::max()) {
+      // Nonblocking and waited on by MpiContext::Wait, which naps after a
+      // short spin: a slice takes milliseconds on the network, and a
+      // blocking MPI_Allreduce would poll for all of them, holding a core
+      // the host's other ranks (and the kernel's network stack) need, 4
+      // ranks sharing 2 cores on the simulated hosts (issue 51).
+      MPI_Request request;
+      rc = MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(elements), type, mpi_op, cross,
+                          &request);
+      if (rc == MPI_SUCCESS) rc = MpiContext::Wait(&request);
+    } else {
+      rc = MpiAllreduceLarge(data, elements, type, elem, mpi_op, cross);
+    }
     if (rc != MPI_SUCCESS) {
       return Status::Unknown("MPI_Allreduce across hosts failed with code " + std::to_string(rc));
     }
