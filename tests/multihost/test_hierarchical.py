@@ -64,7 +64,7 @@ def test_process_sets_take_the_hierarchical_path_ranks_dealt_round_robin():
 def test_a_rank_with_other_settings_runs_with_rank_0s(monkeypatch):
     # Across hosts the transport choice is real: a rank that went flat (or
     # off shared memory, or used other chunks) alone would hang the others.
-    from test_agreed_settings import WARNINGS, check_warnings, run_job
+    from parallel.test_agreed_settings import WARNINGS, check_warnings, run_job
     scenarios = ("hierarchical_off", "shm", "chunk", "fusion")
     with SimulatedHosts(2) as hosts:
         args = hosts.launcher_flags(2)
