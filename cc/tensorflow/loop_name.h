@@ -15,10 +15,16 @@
 
 namespace tf_ring {
 
+// The op runs in an iteration of a graph loop.
+inline bool InLoop(const ::tensorflow::OpKernelContext* ctx) {
+  const ::tensorflow::FrameAndIter at = ctx->frame_iter();
+  return at.frame_id != 0 && at.frame_id != ::tensorflow::kIllegalFrameId;
+}
+
 // `base` outside loops (and eagerly); "base/iter<i>@<frame>" inside one.
 inline std::string NameInLoop(const std::string& base, const ::tensorflow::OpKernelContext* ctx) {
+  if (!InLoop(ctx)) return base;
   const ::tensorflow::FrameAndIter at = ctx->frame_iter();
-  if (at.frame_id == 0 || at.frame_id == ::tensorflow::kIllegalFrameId) return base;
   char frame[17];
   std::snprintf(frame, sizeof(frame), "%016llx", static_cast<unsigned long long>(at.frame_id));
   return base + "/iter" + std::to_string(at.iter_id) + "@" + frame;

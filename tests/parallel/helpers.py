@@ -90,3 +90,27 @@ def peers_readable():
         n = libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
         ok = ok and n == 8 and got.value == 0x5EED0000 + rank
     return all(MPI.COMM_WORLD.allgather(ok))
+
+
+def within(seconds, fn, what="the call"):
+    """fn()'s result (or its exception, raised here), run on a daemon thread
+    so a hang fails the test after `seconds` instead of holding the job
+    until the launcher's timeout (parallel/conftest.py then ends every rank)."""
+    import threading
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (re-raised on the caller's thread)
+            out["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise AssertionError("rank %d: %s still waits after %.0f s (a hang)"
+                             % (hvd.rank(), what, seconds))
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")

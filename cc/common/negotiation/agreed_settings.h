@@ -56,6 +56,9 @@ struct EngineSettings {
   HierarchicalMode hierarchical = HierarchicalMode::kAuto;
   double stall_check_seconds = 60;
   double stall_shutdown_seconds = 0;
+  // How long ranks may wait crosswise (each in a collective another has
+  // not reached, one of them blocking or in a loop) before both fail.
+  double crossed_wait_seconds = 5;
   bool autotune = false;
   AutotuneConfig autotune_config;  // used by rank 0 only
   std::string timeline_path;       // rank 0 writes it; empty: none

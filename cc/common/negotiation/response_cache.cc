@@ -51,4 +51,9 @@ void ResponseCache::Erase(uint32_t bit) {
   slot = Slot();
 }
 
+void ResponseCache::EraseName(const std::string& name) {
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) Erase(it->second);
+}
+
 }  // namespace tf_ring

@@ -32,6 +32,7 @@ class ResponseCache {
   const Response& Get(uint32_t bit) const { return slots_[bit].response; }
   void Touch(uint32_t bit) { slots_[bit].last_use = ++clock_; }
   void Erase(uint32_t bit);
+  void EraseName(const std::string& name);
   size_t size() const { return by_name_.size(); }
 
  private:

@@ -60,7 +60,8 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
   }
   controller_ = std::make_unique<Controller>(
       &mpi_, options.cache_capacity,
-      StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds});
+      StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds,
+                  options.crossed_wait_seconds});
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
   if (shm != nullptr && one_host) controller_->RoundOverSharedMemory(shm);
   timeline_ = options.timeline;  // shared with the global set; events carry the set's id

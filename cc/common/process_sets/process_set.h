@@ -30,6 +30,7 @@ struct ProcessSetOptions {
   // and past stall_shutdown_seconds (0: never) fails them and stops the engine.
   double stall_check_seconds = 0;
   double stall_shutdown_seconds = 0;
+  double crossed_wait_seconds = 0;  // see StallConfig::crossed_seconds
   // Shared-memory chunk per member, for sets whose members share one host
   // or go hierarchical (several members on each host, as many on every
   // host: TF_RING_HIERARCHICAL decides, as for the global set); 0: plain
