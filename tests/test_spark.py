@@ -77,10 +77,13 @@ def test_a_failing_rank_fails_the_call_and_the_spark_job(local_cluster_runs):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_keras_estimator_fits_and_transforms_a_dataframe(local_cluster_runs, ranks):
     """KerasEstimator.fit on the digits DataFrame (pixels as an ML vector,
-    validation rows flagged by a column): each rank read its own Parquet
-    file, together every training row once, within a row of each other; the
-    ranks ended with equal weights (fit raises otherwise); the model learnt;
-    transform's predictions, made in Spark tasks, are the driver's own."""
+    validation rows flagged by a column) with a model holding a
+    BatchNormalization layer: each rank read its own Parquet file, together
+    every training row once, within a row of each other; the ranks ended
+    with equal trainable weights (fit raises otherwise; the moving
+    statistics are each rank's own); the model learnt; transform's
+    predictions, made in Spark tasks, are the driver's own (rank 0's model,
+    its moving statistics included)."""
     runs, _ = local_cluster_runs
     run = [r for r in runs["estimator"] if r["num_proc"] == ranks][0]
     rows = run["rows_per_rank"]
