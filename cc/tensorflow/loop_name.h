@@ -2,8 +2,10 @@
 // runs a lowered while loop's iterations in parallel (parallel_iterations),
 // so one op can be in flight several times at once; each run gets the name
 // of its op joined to its loop frame and iteration. Both are the same on
-// every rank: the frame id is TensorFlow's hash of the loop's name and its
-// parents' iterations, and iterations count from 0 in each frame.
+// every rank: the frame id is TensorFlow's hash of the loop's frame name and
+// its parents' iterations, and loop_frames.cc names each frame after the
+// collectives inside it (not after where TensorFlow inlined the loop), and
+// iterations count from 0 in each frame.
 #ifndef TF_RING_TENSORFLOW_LOOP_NAME_H_
 #define TF_RING_TENSORFLOW_LOOP_NAME_H_
 

@@ -165,6 +165,34 @@ def test_gradient_through_a_loop_with_a_collective_inside():
     np.testing.assert_allclose(grad(tf.constant(x)).numpy(), want, rtol=1e-5, atol=1e-4)
 
 
+def test_a_loop_reached_through_a_wrapper_on_one_rank_and_directly_on_another():
+    """Rank 0 calls `micro` through an outer tf.function (inlined into it),
+    the others call it directly; rank 0 also runs a tf.while_loop of its own
+    before (no collective in it). The program's collectives are the same on
+    every rank, so their names must be: the loop is named after the
+    collectives inside it, not after where TensorFlow inlined it."""
+    x = data(hvd.rank(), (4, 3), seed=11)
+
+    @tf.function
+    def micro(x):
+        if hvd.rank() == 0:  # traced on rank 0 only: shifts the loops' node names
+            x = tf.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v * 1.0), (0, x))[1]
+        total = tf.zeros(3)
+        for i in tf.range(4):
+            total += hvd.allreduce(x[i], op=hvd.Sum, name="wrapped.micro")
+        return total
+
+    @tf.function
+    def wrapper(x):
+        return micro(x) * 1.0
+
+    run = wrapper if hvd.rank() == 0 else micro
+    want = sum(a.sum(axis=0) for a in every_rank((4, 3), seed=11))
+    for _ in range(2):
+        got = within(QUICK, lambda: run(tf.constant(x)), "the wrapped loop")
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 def fails_on_every_rank_quickly(fn, *phrases):
     start = time.monotonic()
     with pytest.raises(tf.errors.OpError) as failed:
