@@ -9,7 +9,8 @@ from conftest import REPO
 SOURCES = ["cc/common/base/message.cc", "cc/common/base/counts.cc",
            "cc/common/negotiation/coordinator.cc",
            "cc/common/negotiation/coordinator_failures.cc",
-           "cc/common/negotiation/coordinator_crossed.cc", "cc/common/base/dtype.cc",
+           "cc/common/negotiation/coordinator_crossed.cc",
+           "cc/common/negotiation/response_cache.cc", "cc/common/base/dtype.cc",
            "cc/common/transport/hierarchical_choice.cc",
            "cc/common/process_sets/process_set_change.cc",
            "cc/common/negotiation/agreed_settings.cc"]
@@ -32,3 +33,7 @@ def test_engine_unit(tmp_path):
 
 def test_out_of_step_unit(tmp_path):
     build_and_run(tmp_path, "tests/cc/out_of_step_unit_test.cc")
+
+
+def test_response_cache_unit(tmp_path):
+    build_and_run(tmp_path, "tests/cc/response_cache_unit_test.cc")

@@ -155,6 +155,7 @@ Status ParseSettings(const SettingTexts& texts, EngineSettings* out) {
   s.fusion_threshold = static_cast<int64_t>(number(kFusionThreshold));
   s.cycle_time_us = static_cast<int64_t>(number(kCycleTime) * 1000.0);
   s.cache_capacity = static_cast<size_t>(number(kCacheCapacity));
+  s.cache_capacity_set = texts[kCacheCapacity].set;
   s.shm = on(kShm);
   s.shm_chunk_bytes = number(kShmChunkBytes);
   const std::string single_copy = Meaning(kSettings[kShmSingleCopy], texts[kShmSingleCopy]);

@@ -49,6 +49,7 @@ struct EngineSettings {
   int64_t fusion_threshold = 64 << 20;  // bytes
   int64_t cycle_time_us = 0;
   size_t cache_capacity = 1024;
+  bool cache_capacity_set = false;  // the user chose it: the cache never grows
   bool shm = true;
   double shm_chunk_bytes = -1;  // < 0: the default of the path chosen
   // When to read peers' tensors directly (process_vm_readv) instead of staging.

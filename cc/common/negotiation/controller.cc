@@ -190,6 +190,7 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     }
     out->responses.push_back(std::move(resp));
   }
+  if (cache_.thrashing()) AdaptCache();
   out->shutdown = agreed.shutdown;
   out->shutdown_reason = agreed.shutdown_reason;
   out->shutdown_ranks = agreed.shutdown_ranks;
@@ -296,6 +297,30 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
   }
   InspectStalls(&out);
   return out;
+}
+
+void Controller::AdaptCache() {
+  const size_t capacity = cache_.capacity();
+  if (cache_limit_ > capacity) {
+    const size_t grown = std::min(cache_limit_, 2 * capacity);
+    cache_.Grow(grown);
+    if (mpi_->rank() == 0) {
+      Log(LogLevel::kInfo, scope_ + "the response cache grew from " + std::to_string(capacity) +
+                               " to " + std::to_string(grown) + " entries: collectives evicted "
+                               "from it came back (each iteration of a loop counts as a name). "
+                               "TF_RING_CACHE_CAPACITY sets its size (and stops it growing).");
+    }
+    return;
+  }
+  cache_.Grow(capacity);  // same size: only forgets the thrashing, so this runs once
+  if (cache_warned_ || mpi_->rank() != 0) return;
+  cache_warned_ = true;
+  Log(LogLevel::kWarning,
+      scope_ + "the response cache (" + std::to_string(capacity) + " entries) is smaller than "
+               "the collectives this job cycles through: collectives evicted from it came back, "
+               "so each negotiates through rank 0 again. Each iteration of a loop counts as a "
+               "name (a Keras steps_per_execution of K runs K names per gradient). Raise "
+               "TF_RING_CACHE_CAPACITY to at least the collectives of one call of the function.");
 }
 
 void Controller::InspectStalls(ResponseList* out) {

@@ -52,6 +52,9 @@ class Controller {
     proposal_settled_ = settled;
     has_proposal_ = true;
   }
+  // Lets the response cache grow, up to `limit` entries, when the job
+  // cycles through more names than it holds (0: never; it warns instead).
+  void LetCacheGrowTo(size_t limit) { cache_limit_ = limit; }
   // Where `shm` holds every rank of the communicator (one host), the
   // cache round goes through it instead of MPI. Same choice on every rank.
   void RoundOverSharedMemory(ShmSegment* shm) { shm_round_ = shm; }
@@ -68,11 +71,15 @@ class Controller {
   ResponseList Coordinate(const std::vector<RequestList>& all);
   // Rank 0: warns about (and, past the limit, fails) tensors some ranks lack.
   void InspectStalls(ResponseList* out);
+  // The cache thrashes: grow it (the same on every rank), or warn once.
+  void AdaptCache();
 
   const MpiContext* mpi_;
   ShmSegment* shm_round_ = nullptr;
   Coordinator coordinator_;
   ResponseCache cache_;
+  size_t cache_limit_ = 0;
+  bool cache_warned_ = false;
   StallConfig stall_;
   // A cache hit that other ranks leave waiting is demoted to a full request,
   // so rank 0's stall inspector can see who is missing it. The request says

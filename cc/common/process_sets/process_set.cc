@@ -63,6 +63,7 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
       StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds,
                   options.crossed_wait_seconds});
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
+  controller_->LetCacheGrowTo(options.cache_limit);
   if (shm != nullptr && one_host) controller_->RoundOverSharedMemory(shm);
   timeline_ = options.timeline;  // shared with the global set; events carry the set's id
   operations_ = std::make_unique<OperationManager>(&mpi_, shm, hierarchical_ ? &hosts_ : nullptr,

@@ -26,6 +26,7 @@ namespace tf_ring {
 // What every set of an engine is built with (the engine's own settings).
 struct ProcessSetOptions {
   size_t cache_capacity = 0;
+  size_t cache_limit = 0;  // see Controller::LetCacheGrowTo
   // The set's coordinator warns about tensors some members lack (0: never),
   // and past stall_shutdown_seconds (0: never) fails them and stops the engine.
   double stall_check_seconds = 0;
