@@ -18,23 +18,9 @@
 #include "common/transport/hierarchical_choice.h"
 #include "common/base/message.h"
 #include "common/process_sets/process_set_change.h"
+#include "unit_check.h"
 
 using namespace tf_ring;
-
-static int g_failures = 0;
-static int g_checks = 0;
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    ++g_checks;                                                          \
-    if (!(cond)) {                                                       \
-      ++g_failures;                                                      \
-      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-    }                                                                    \
-  } while (0)
-
-static bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 static Request MakeRequest(int rank, const std::string& name, std::vector<int64_t> shape) {
   Request r;
@@ -630,6 +616,5 @@ int main() {
   TestAgreedSettings();
   TestCountArithmetic();
   TestCoordinatorCountAndGpuChecks();
-  std::printf("%d checks, %d failed\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return Summary();
 }

@@ -8,26 +8,12 @@
 #include <string>
 
 #include "common/negotiation/coordinator.h"
+#include "unit_check.h"
 
 using namespace tf_ring;
 
-static int g_failures = 0;
-static int g_checks = 0;
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    ++g_checks;                                                          \
-    if (!(cond)) {                                                       \
-      ++g_failures;                                                      \
-      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-    }                                                                    \
-  } while (0)
-
 using Clock = Coordinator::Clock;
 static const std::chrono::seconds kAfter(5);
-
-static bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 static Request Make(int rank, const std::string& name, bool in_loop = false, bool blocks = false) {
   Request r;
@@ -182,6 +168,5 @@ int main() {
   TestCrossedBlockingCalls();
   TestUnequalTripCounts();
   TestDifferentCollectivesAndALateRank();
-  std::printf("%d checks, %d failed\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return Summary();
 }

@@ -6,19 +6,9 @@
 #include <string>
 
 #include "common/negotiation/response_cache.h"
+#include "unit_check.h"
 
 using namespace tf_ring;
-
-static int g_failures = 0;
-static int g_checks = 0;
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    ++g_checks;                                                          \
-    if (!(cond)) {                                                       \
-      ++g_failures;                                                      \
-      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-    }                                                                    \
-  } while (0)
 
 // One call of a function whose loop runs `names` collectives: each misses
 // or hits; returns the hits.
@@ -68,6 +58,5 @@ static void TestALoopLargerThanTheCacheThrashesUntilItGrows() {
 
 int main() {
   TestALoopLargerThanTheCacheThrashesUntilItGrows();
-  std::printf("%d checks, %d failed\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return Summary();
 }

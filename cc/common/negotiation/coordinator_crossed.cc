@@ -87,20 +87,16 @@ std::vector<Response> Coordinator::TakeCrossedWaits(std::chrono::duration<double
                                                     Clock::time_point now) {
   std::vector<Response> out;
   std::vector<Waits> old;
-  for (const auto& kv : table_) {
-    const Pending& p = kv.second;
-    if (p.queued || now - p.stall_since < after) continue;
+  for (StalledTensor& t : Stalled(after, now)) {
     Waits w;
-    w.name = kv.first;
-    for (int r = 0; r < size_; ++r) {
-      if (p.present[r]) {
-        w.present.push_back(r);
-        w.op = p.by_rank[r].op;
-        w.blocks = w.blocks || p.by_rank[r].blocks;
-        w.in_loop = w.in_loop || p.by_rank[r].in_loop;
-      } else if (!joined_[r]) {
-        w.missing.push_back(r);
-      }
+    w.name = std::move(t.name);
+    w.present = std::move(t.ready_ranks);
+    w.missing = std::move(t.missing_ranks);
+    const Pending& p = table_.at(w.name);
+    for (int r : w.present) {
+      w.op = p.by_rank[r].op;
+      w.blocks = w.blocks || p.by_rank[r].blocks;
+      w.in_loop = w.in_loop || p.by_rank[r].in_loop;
     }
     old.push_back(std::move(w));
   }
