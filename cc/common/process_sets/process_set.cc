@@ -58,18 +58,21 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
       hierarchical_ = false;
     }
   }
-  controller_ = std::make_unique<Controller>(
-      &mpi_, options.cache_capacity,
-      StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds,
-                  options.crossed_wait_seconds});
+  controller_ = options.MakeController(&mpi_);
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
-  controller_->LetCacheGrowTo(options.cache_limit);
   if (shm != nullptr && one_host) controller_->RoundOverSharedMemory(shm);
   timeline_ = options.timeline;  // shared with the global set; events carry the set's id
   operations_ = std::make_unique<OperationManager>(&mpi_, shm, hierarchical_ ? &hosts_ : nullptr,
                                                    options.timeline);
   operations_->set_process_set(id_);
   return Status::OK();
+}
+
+std::unique_ptr<Controller> ProcessSetOptions::MakeController(const MpiContext* mpi) const {
+  auto controller = std::make_unique<Controller>(
+      mpi, cache_capacity, StallConfig{stall_check_seconds, stall_shutdown_seconds, crossed_wait_seconds});
+  controller->LetCacheGrowTo(cache_limit);
+  return controller;
 }
 
 std::string ProcessSet::RunCycle(int64_t fusion_threshold) {

@@ -46,6 +46,10 @@ struct ProcessSetOptions {
   SingleCopyMode shm_single_copy = SingleCopyMode::kNever;  // when large allreduces read peers' tensors directly
   // The engine's timeline (it records only where it was started, rank 0).
   Timeline* timeline = nullptr;
+
+  // A coordinator-and-cache for `mpi` with these settings (the global set's
+  // and every process set's alike).
+  std::unique_ptr<Controller> MakeController(const MpiContext* mpi) const;
 };
 
 class ProcessSet {
