@@ -95,3 +95,17 @@ def test_keras_estimator_fits_and_transforms_a_dataframe(local_cluster_runs, ran
     assert run["test_accuracy"] > 0.85, run
     assert run["transform_rows"] == 300
     assert run["transform_max_difference"] < 1e-5, run
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_too_few_validation_rows_are_refused_saying_so(local_cluster_runs, ranks):
+    """Issue 49: a validation column true on fewer rows than ranks (here
+    ranks - 1) left a rank's validation file empty, and every rank failed
+    blaming a column ("'features' has 0 values per row"). fit refuses it on
+    the driver, naming the column, the counts and the fix."""
+    runs, _ = local_cluster_runs
+    run = [r for r in runs["few_validation_rows"] if r["num_proc"] == ranks][0]
+    assert run["raised"] == (
+        "ValueError: KerasEstimator: validation='is_val' gives %d validation rows for %d ranks; "
+        "each rank needs at least one. Flag (or hold out) at least %d rows, or pass "
+        "validation=None" % (ranks - 1, ranks, ranks)), run

@@ -4,7 +4,8 @@ in the driver's session): scikit-learn's bundled digits as a DataFrame
 held out for validation by a column; a separate test set), fit on N ranks,
 then transform. Returns what the test checks, computed here independently
 of the estimator: the rows it should have read, and the trained model's
-predictions made on the driver. The model has a BatchNormalization layer."""
+predictions made on the driver. The model has a BatchNormalization layer.
+Also a fit whose validation column is true on fewer rows than ranks."""
 import numpy as np
 
 EPOCHS = 4
@@ -64,3 +65,26 @@ def run_estimator(spark, ranks, store):
             "test_accuracy": float(np.mean(expected.argmax(1) == y_test)),
             "transform_rows": len(predicted),
             "transform_max_difference": float(np.max(np.abs(got - expected)))}
+
+
+def run_too_few_validation_rows(spark, ranks, store):
+    """fit with the validation column true on ranks - 1 rows: before issue
+    49 a rank's validation file came out empty and every rank failed with
+    "column 'features' has 0 values per row". Returns what fit raised."""
+    import keras
+    from pyspark.sql import functions as F
+    from tf_ring.spark.keras import KerasEstimator
+    fit_df, _, fit_rows, _ = digits_frames(spark)
+    few = fit_df.withColumn("is_val", F.col("id").isin([r[0] for r in fit_rows[:ranks - 1]]))
+    estimator = KerasEstimator(num_proc=ranks, model=model(),
+                               optimizer=keras.optimizers.Adam(0.01),
+                               loss="sparse_categorical_crossentropy",
+                               feature_cols=["features"], label_cols=["label"],
+                               validation="is_val", batch_size=16, epochs=1, store=store,
+                               verbose=0)
+    try:
+        estimator.fit(few)
+        raised = None
+    except Exception as e:  # noqa: BLE001 (the test reads its type and text)
+        raised = "%s: %s" % (type(e).__name__, e)
+    return {"run": "few_validation_rows", "num_proc": ranks, "raised": raised}
