@@ -329,7 +329,7 @@ class BuildTfRing(build_ext):
     """Compiles cc/ with g++ directly (two files at a time) into tf_ring/_tf_ring.so."""
 
     def get_ext_filename(self, ext_name):
-        # A plain .so: tf.load_op_library loads it, then tf_ring/_library.py
+        # A plain .so: tf.load_op_library loads it, then tf_ring/runtime/_library.py
         # imports the same file as the module tf_ring._tf_ring.
         return os.path.join(*ext_name.split(".")) + ".so"
 

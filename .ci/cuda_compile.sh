@@ -49,9 +49,9 @@ fi
 echo "cuda_compile: the XLA handler for platform CUDA is built"
 python -m tf_ring.run --check-build | grep "NCCL"
 export PYTHONPATH="$tree"
-python -m pytest -q -p no:cacheprovider tests/test_single_process.py tests/test_cuda_build.py
+python -m pytest -q -p no:cacheprovider tests/unit/test_single_process.py tests/unit/test_cuda_build.py
 for np in 2 3; do  # the collectives file alone: its group would add a minute or two here
-  (cd tests/parallel && python -m tf_ring.run -np $np python -m pytest -q -p no:cacheprovider mpi_collectives.py)
+  (cd tests/parallel/ranks && python -m tf_ring.run -np $np python -m pytest -q -p no:cacheprovider mpi_collectives.py)
 done
 # The engine-only library with the NCCL transport: compiled and linked against the wheels.
 site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

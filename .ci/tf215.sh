@@ -31,5 +31,5 @@ git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | t
 cd "$tree"
 python setup.py -q build_ext --inplace
 export PYTHONPATH="$tree"
-python -m pytest -q -p no:cacheprovider tests/tf215_suite.py tests/test_examples_native.py \
-  tests/test_distributed_optimizer_dispatch.py
+python -m pytest -q -p no:cacheprovider tests/parallel/tf215_suite.py tests/parallel/test_examples_native.py \
+  tests/unit/test_distributed_optimizer_dispatch.py

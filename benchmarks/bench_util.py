@@ -53,7 +53,7 @@ def stamped_runs(fn, repeats):
     stage_probe.h; a run whose request waited a cycle for the peer still
     counts: its wait is in negotiation). The start and end are this
     script's own stamps, on the same clock."""
-    from tf_ring._library import ENGINE  # imports TensorFlow: only where asked for
+    from tf_ring.runtime._library import ENGINE  # imports TensorFlow: only where asked for
     comm = MPI.COMM_WORLD
     ENGINE.stage_probe(True)
     rows = []

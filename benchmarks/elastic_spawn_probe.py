@@ -26,7 +26,7 @@ HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests"))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from tf_ring.run.elastic_driver import IN_PROCESS_MPI_ARGS  # noqa: E402  (no TensorFlow)
+from tf_ring.elastic_driver.flags import IN_PROCESS_MPI_ARGS  # noqa: E402  (no TensorFlow)
 
 CASES = ("in the allocation", "added")
 

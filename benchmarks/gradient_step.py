@@ -35,7 +35,7 @@ import tensorflow as tf
 from mpi4py import MPI
 
 import tf_ring as hvd
-from tf_ring._library import ENGINE
+from tf_ring.runtime._library import ENGINE
 from bench_util import core_label, core_latency_ns, interleaved, ms, print_table, stamped_runs, timed
 
 

@@ -9,13 +9,14 @@ import uuid
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARALLEL_DIR = os.path.join(REPO, "tests", "parallel")
+# The files the ranks run (mpi_*.py): the parallel tier's tests start them.
+PARALLEL_DIR = os.path.join(REPO, "tests", "parallel", "ranks")
 
-# tests/parallel has its own conftest (also a module named "conftest"); if the
-# single-process run loaded it, `from conftest import ...` here would get that
-# one. Those files only run under the launcher, which names them directly
-# (multihost/parallel's under simulated hosts).
-collect_ignore = ["parallel", "multihost/parallel"]
+# The ranks' folders have conftests of their own (tf_ring initialised for the
+# whole session, a failure ending the job): never collected by the tests'
+# own run, only named directly by the launcher's (multihost/ranks' under
+# simulated hosts).
+collect_ignore = ["parallel/ranks", "multihost/ranks"]
 
 
 # Tests that check a job left no process behind look for their own job's
@@ -53,6 +54,14 @@ def marked_processes_left(marker, within=15):
     while processes_marked(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     return processes_marked(marker)
+
+
+def executable_script(tmp_path, text, name="discover.sh"):
+    """A /bin/sh script (a host discovery script, a fake agent) in tmp_path; its path."""
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + text)
+    path.chmod(0o755)
+    return str(path)
 
 
 def tfringrun_cmd(np, *command):

@@ -9,32 +9,34 @@ package imports neither until a name below is asked for.
 """
 import importlib
 
-# Public name -> the module defining it.
+# Public name -> the module defining it (tf_ring/runtime, collectives and
+# training are the rooms of the rank's side: docs/architecture.md).
 _API = {
-    "tf_ring.basics": ["NotInitializedError", "build_info", "cross_rank", "cross_size", "init",
-                       "is_initialized", "local_rank", "local_size", "mpi_built",
-                       "mpi_threads_supported", "nccl_built", "rank", "reset_stats", "shutdown",
-                       "size", "stats", "engine_params",
-                       # Horovod's build and topology queries
-                       "ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
-                       "is_homogeneous", "mpi_enabled", "rocm_built"],
-    "tf_ring.ops": ["Average", "Max", "Min", "Product", "Sum", "allgather", "allreduce", "broadcast",
-                    "Adasum"],
-    "tf_ring.compression": ["Compression"],
+    "tf_ring.runtime.basics": [
+        "NotInitializedError", "build_info", "cross_rank", "cross_size", "init", "is_initialized",
+        "local_rank", "local_size", "mpi_built", "mpi_threads_supported", "nccl_built", "rank",
+        "reset_stats", "shutdown", "size", "stats", "engine_params",
+        # Horovod's build and topology queries
+        "ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "is_homogeneous",
+        "mpi_enabled", "rocm_built"],
+    "tf_ring.runtime.process_set": ["ProcessSet", "add_process_set", "global_process_set",
+                                    "process_set_by_id", "process_sets", "remove_process_set"],
+    "tf_ring.runtime.timeline_control": ["start_timeline", "stop_timeline"],
+    "tf_ring.collectives.ops": ["Average", "Max", "Min", "Product", "Sum", "allgather",
+                                "allreduce", "broadcast", "Adasum"],
+    "tf_ring.collectives.compression": ["Compression"],
+    "tf_ring.collectives.exchange": ["alltoall", "reducescatter"],
+    "tf_ring.collectives.grouped": ["grouped_allreduce", "grouped_allgather",
+                                    "grouped_reducescatter"],
+    "tf_ring.collectives.joining": ["join"],
+    "tf_ring.collectives.objects": ["allgather_object", "broadcast_object", "broadcast_object_fn"],
+    "tf_ring.collectives.variables": ["broadcast_", "broadcast_global_variables",
+                                      "broadcast_variables"],
+    "tf_ring.collectives.runtime_ops": ["barrier", "local_rank_op", "local_size_op",
+                                        "process_set_included_op", "rank_op", "size_op"],
+    "tf_ring.training.tape": ["DistributedGradientTape", "PartialDistributedGradientTape"],
+    "tf_ring.training.hooks": ["BroadcastGlobalVariablesHook"],
     "tf_ring.distributed_optimizer": ["DistributedOptimizer"],
-    "tf_ring.exchange": ["alltoall", "reducescatter"],
-    "tf_ring.grouped": ["grouped_allreduce",
-                        "grouped_allgather", "grouped_reducescatter"],
-    "tf_ring.hooks": ["BroadcastGlobalVariablesHook"],
-    "tf_ring.joining": ["join"],
-    "tf_ring.timeline_control": ["start_timeline", "stop_timeline"],
-    "tf_ring.objects": ["allgather_object", "broadcast_object", "broadcast_object_fn"],
-    "tf_ring.tape": ["DistributedGradientTape", "PartialDistributedGradientTape"],
-    "tf_ring.variables": ["broadcast_", "broadcast_global_variables", "broadcast_variables"],
-    "tf_ring.process_set": ["ProcessSet", "add_process_set", "global_process_set",
-                             "process_set_by_id", "process_sets", "remove_process_set"],
-    "tf_ring.runtime_ops": ["barrier", "local_rank_op", "local_size_op", "process_set_included_op",
-                            "rank_op", "size_op"],
     # Elastic training's exceptions, at the top as horovod.torch has them
     # (horovod.tensorflow keeps them in horovod.common.exceptions).
     "tf_ring.elastic.errors": ["HorovodInternalError", "HostsUpdatedInterrupt"],
@@ -50,17 +52,17 @@ __all__ = sorted(list(_HOME) + list(_KERAS_HOME) + list(_SUBMODULES)) + ["__vers
 
 def _load_api():
     """Imports every API module once (the ops' gradients register here)."""
-    importlib.import_module("tf_ring._gradients")
+    importlib.import_module("tf_ring.collectives._gradients")
     for module in _API:
         importlib.import_module(module)
 
 
 def __getattr__(name):
     if name == "__version__":
-        from tf_ring._build_info import tf_ring_version
+        from tf_ring.runtime._build_info import tf_ring_version
         return tf_ring_version()
     if name == "_xla_support":  # whether collectives compile under jit_compile=True
-        from tf_ring._build_info import xla_support
+        from tf_ring.runtime._build_info import xla_support
         return xla_support()
     if name == "_executing_eagerly":  # horovod.tensorflow has it; Horovod's tests call it
         import tensorflow

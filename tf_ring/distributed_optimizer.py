@@ -6,13 +6,13 @@ def DistributedOptimizer(optimizer, *args, **kwargs):  # noqa: N802 (Horovod's n
     """Wraps `optimizer` so its gradients are averaged over ranks.
 
     A tf.compat.v1.train.Optimizer gets the graph-mode wrapper
-    (tf_ring.optimizer_v1.DistributedOptimizerV1, with Horovod's arguments;
+    (tf_ring.training.optimizer_v1.DistributedOptimizerV1, with Horovod's arguments;
     backward_passes_per_step must be 1).
     Anything else is handed, with all arguments, to
     tf_ring.keras.DistributedOptimizer (Keras 3 and tf_keras optimizers).
     """
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        from tf_ring.optimizer_v1 import DistributedOptimizerV1
+        from tf_ring.training.optimizer_v1 import DistributedOptimizerV1
         return DistributedOptimizerV1(optimizer, *args, **kwargs)
     try:
         from tf_ring import keras as tf_ring_keras

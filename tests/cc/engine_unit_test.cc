@@ -2,8 +2,9 @@
 // coordinator's readiness and agreement checks, float16/bfloat16
 // conversion, when collectives go hierarchical, the agreement on process
 // set changes, the engine settings every rank takes from rank 0, and the
-// collectives' 64-bit counts. Ranks out of step: out_of_step_unit_test.cc. Built with g++ alone (no TensorFlow, no MPI)
-// by tests/test_engine_unit.py, which also proves the engine needs neither.
+// collectives' 64-bit counts. Ranks out of step: out_of_step_unit_test.cc.
+// Built with g++ alone (no TensorFlow, no MPI) by
+// tests/builds/test_engine_unit.py, which also proves the engine needs neither.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -2,7 +2,7 @@
 // refusal fails only the run that cannot pair, a failed name reaches a rank
 // that submits it later, and crossed waits (XLA calls, loop iterations)
 // fail together while plain late ranks do not. Built with g++ alone by
-// tests/test_engine_unit.py.
+// tests/builds/test_engine_unit.py.
 #include <chrono>
 #include <cstdio>
 #include <string>

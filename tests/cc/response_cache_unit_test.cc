@@ -1,7 +1,7 @@
 // Unit tests of the response cache's sizing: a job that cycles through more
 // names than the cache holds (a loop's iterations are names of their own)
 // is seen from the names that come back after eviction, and growing the
-// cache ends it. Built with g++ alone by tests/test_engine_unit.py.
+// cache ends it. Built with g++ alone by tests/builds/test_engine_unit.py.
 #include <cstdio>
 #include <string>
 

@@ -21,7 +21,7 @@ static inline bool Contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// Prints "N checks, M failed" (tests/test_engine_unit.py reads it); main's exit code.
+// Prints "N checks, M failed" (tests/builds/test_engine_unit.py reads it); main's exit code.
 static inline int Summary() {
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;

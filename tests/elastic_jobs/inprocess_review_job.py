@@ -14,7 +14,7 @@ what each step checks against values worked out here from the world size:
   the first loss start re-initialising, before its new engine starts or
   (REVIEW_SECOND_LOSS=after) after; the one rank left goes on.
 
-Prints START, CHECK and END lines for tests/test_inprocess_review.py."""
+Prints START, CHECK and END lines for tests/launcher/test_inprocess_review.py."""
 import os
 import time
 
@@ -23,7 +23,8 @@ import tensorflow as tf
 
 import kill_plan
 import tf_ring as hvd
-from tf_ring import basics, elastic
+from tf_ring.runtime import basics
+from tf_ring import elastic
 
 CASE = os.environ["REVIEW_CASE"]
 STEPS = 8

@@ -2,7 +2,7 @@
 the binding must keep rank 0's arrays and outputs alive until the engine is
 done. Rank 0 then fills fresh arrays (which would reuse freed memory) and
 checks nothing wrote into them; the other ranks check their results against
-NumPy. Run by tests/test_engine_only.py on 2 and 3 ranks."""
+NumPy. Run by tests/builds/test_engine_only.py on 2 and 3 ranks."""
 import gc
 import time
 

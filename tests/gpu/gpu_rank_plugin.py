@@ -1,6 +1,6 @@
 """pytest plugin for the per-rank GPU test files (`-p gpu_rank_plugin`):
 picks this rank's GPU, starts the engine once, and ends the whole job on the
-first failure (see tests/parallel/conftest.py for why). A plugin, not a
+first failure (see tests/parallel/ranks/conftest.py for why). A plugin, not a
 conftest.py, so the single-process run's `conftest` stays the only one."""
 import os
 import sys

@@ -1,5 +1,5 @@
 """The engine-only jobs, shared by test_gpu.py (GPU, NCCL) and
-tests/test_engine_only.py (host arrays, MPI): each runs under tfringrun on
+tests/builds/test_engine_only.py (host arrays, MPI): each runs under tfringrun on
 `np` ranks and checks the outcome."""
 import os
 import sys

@@ -1,7 +1,7 @@
 """tf_ring's XLA custom-call handlers (cc/xla_ops: what TensorFlow's XLA
 runs for jit_compile) inside a jax.jit program, on every rank: on a GPU the
 "CUDA" handler (XLA's stream, the ready event, NCCL), with host arrays the
-"Host" one. Run by test_gpu.py and tests/test_engine_only.py where JAX is
+"Host" one. Run by test_gpu.py and tests/builds/test_engine_only.py where JAX is
 installed; expected values come from NumPy on each rank.
 """
 import os

@@ -24,7 +24,7 @@ def _unavailable_reason():
     if not tf.config.list_physical_devices("GPU"):
         return "TensorFlow sees no GPU here"
     sys.path.insert(0, REPO)
-    from tf_ring import _build_info
+    from tf_ring.runtime import _build_info
     import json
     with open(_build_info.PATH) as f:
         info = json.load(f)

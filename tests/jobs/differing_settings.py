@@ -10,7 +10,7 @@ warnings the differing ranks print are checked by the test.
 It drives tf_ring's own native library through the engine-only binding
 (TF_RING_ENGINE_LIB names tf_ring/_tf_ring.so), so no rank pays for importing
 TensorFlow; the Python side of the same rules is tested in
-tests/parallel/mpi_cache_fusion.py and mpi_process_sets_dynamic.py.
+tests/parallel/ranks/mpi_cache_fusion.py and mpi_process_sets_dynamic.py.
 
     python differing_settings.py [SCENARIO ...]   (default: all of them)
 """

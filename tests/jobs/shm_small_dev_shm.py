@@ -1,4 +1,4 @@
-"""Run by tests/test_shm_fallback.py in a mount namespace whose /dev/shm is
+"""Run by tests/launcher/test_shm_fallback.py in a mount namespace whose /dev/shm is
 too small for the default shared-memory chunk: an allreduce spanning many
 chunks must still give the exact rank-order sum."""
 import numpy as np

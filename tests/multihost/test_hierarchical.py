@@ -1,5 +1,5 @@
 """Hierarchical collectives on 2 simulated hosts x 2 ranks: runs
-multihost/parallel/mpi_hierarchical.py under the launcher with ranks placed
+multihost/ranks/mpi_hierarchical.py under the launcher with ranks placed
 host by host, and its layout-dependent tests again with ranks dealt
 round-robin over the hosts (a host's ranks are then not neighbours in rank
 order, so allgather must reorder host blocks into rank order); and
@@ -16,7 +16,7 @@ from multihost.simulated_hosts import SimulatedHosts, namespaces_available
 AVAILABLE, WHY = namespaces_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 
-PARALLEL_FILE = os.path.join(REPO, "tests", "multihost", "parallel", "mpi_hierarchical.py")
+PARALLEL_FILE = os.path.join(REPO, "tests", "multihost", "ranks", "mpi_hierarchical.py")
 
 
 def run_file(launcher_args, placement, select=(), parallel_file=PARALLEL_FILE):
@@ -45,7 +45,7 @@ def test_hierarchical_collectives_ranks_dealt_round_robin():
         run_file(args, "round_robin", ["-k", "layout or allgather or broadcast or bit_for_bit or join"])
 
 
-SETS_FILE = os.path.join(REPO, "tests", "multihost", "parallel", "mpi_hierarchical_process_sets.py")
+SETS_FILE = os.path.join(REPO, "tests", "multihost", "ranks", "mpi_hierarchical_process_sets.py")
 
 
 def test_process_sets_take_the_hierarchical_path_ranks_placed_host_by_host():

@@ -1,6 +1,6 @@
 """Real jobs across 2 simulated hosts x 2 ranks: the collectives, tape and
 join parallel files, and the Keras digits example to the same accuracy
-bar as on one host (tests/test_examples_keras.py)."""
+bar as on one host (tests/parallel/test_examples_keras.py)."""
 import os
 import re
 import sys
@@ -18,7 +18,7 @@ NP = 2 * RANKS_PER_HOST
 # One job for all three files: each rank imports TensorFlow once instead of
 # three times, which matters with 4 ranks on a small machine. Keras across
 # hosts is trained below (and by the Spark and Ray tests); its parallel file
-# runs on one host in test_parallel.
+# runs on one host in parallel/test_parallel.py.
 FILES = ["mpi_collectives.py", "mpi_tape.py", "mpi_join.py"]
 
 

@@ -3,7 +3,7 @@ on none): another user (`nobody`, setpriv inside a host's namespaces)
 attacks an elastic job, and the job either finishes with its own state or
 stops with an error naming the refused path, and nothing of theirs runs.
 Single-machine rows (the spare's SO_PEERCRED, symlinks, the session base):
-tests/test_other_user.py."""
+tests/unit/test_other_user.py."""
 import base64
 import glob
 import os

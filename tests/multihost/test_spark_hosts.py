@@ -9,7 +9,7 @@ from multihost.simulated_hosts import SimulatedHosts, namespaces_available
 
 pytest.importorskip("pyspark", reason="pyspark is in the [test] extra: pip install -e .[test]")
 from multihost.spark_standalone import SparkStandalone  # noqa: E402 - needs pyspark
-from test_spark import check_digits_run, check_failed_run, run_spark_driver  # noqa: E402
+from integration.test_spark import check_digits_run, check_failed_run, run_spark_driver  # noqa: E402
 
 AVAILABLE, WHY = namespaces_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)

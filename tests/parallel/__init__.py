@@ -1,5 +1,2 @@
-"""Parallel test files (mpi_*.py), run under the launcher by tests/test_parallel.py.
-
-Being a package gives this directory's conftest its own module name, so it
-does not shadow tests/conftest.py when pytest collects the whole tests/ tree.
-"""
+"""Parallel tier: files run on 2 and 3 real processes under the launcher
+(ranks/), and the tests that start them."""

@@ -1,4 +1,4 @@
-"""KerasEstimator runs for tests/test_spark.py (called by digits_on_spark.py
+"""KerasEstimator runs for tests/integration/test_spark.py (called by digits_on_spark.py
 in the driver's session): scikit-learn's bundled digits as a DataFrame
 (pixels as an ML vector, so the vector-to-array path runs; every fifth row
 held out for validation by a column; a separate test set), fit on N ranks,
@@ -6,6 +6,9 @@ then transform. Returns what the test checks, computed here independently
 of the estimator: the rows it should have read, and the trained model's
 predictions made on the driver. The model has a BatchNormalization layer.
 Also a fit whose validation column is true on fewer rows than ranks."""
+import os
+import stat
+
 import numpy as np
 
 EPOCHS = 4
@@ -64,7 +67,20 @@ def run_estimator(spark, ranks, store):
             "loss_fell": history["loss"][-1] < history["loss"][0],
             "test_accuracy": float(np.mean(expected.argmax(1) == y_test)),
             "transform_rows": len(predicted),
-            "transform_max_difference": float(np.max(np.abs(got - expected)))}
+            "transform_max_difference": float(np.max(np.abs(got - expected))),
+            "store_modes": store_modes(trained.run_dir)}
+
+
+def store_modes(run_dir):
+    """{"run dir": its mode, "dirs"/"files": the modes found below it} (octal text)."""
+    found = {"run dir": ["%o" % stat.S_IMODE(os.stat(run_dir).st_mode)], "dirs": set(),
+             "files": set()}
+    for folder, dirs, files in os.walk(run_dir):
+        for kind, names in (("dirs", dirs), ("files", files)):
+            found[kind].update("%o" % stat.S_IMODE(os.lstat(os.path.join(folder, n)).st_mode)
+                               for n in names)
+    return {k: sorted(v) for k, v in found.items()}
+
 
 
 def run_too_few_validation_rows(spark, ranks, store):

@@ -1,8 +1,10 @@
 """Rank 0's end of the control channel to tfringrun's elastic driver
-(tf_ring.elastic.control_wire; the driver's end is tf_ring.run.control_service).
+(tf_ring.plumbing.control_wire; the driver's end is tf_ring.elastic_driver.control_service).
 
 One connection, opened on first use to the first launcher address that
-answers and proves the job's secret, reopened once if it breaks. The channel
+answers and proves the job's secret, reopened once if it breaks. A frame
+that fails its check, or a reply that is not what the protocol says, drops
+the connection like a broken one: nothing of it reaches the commit. The channel
 only informs: when the launcher cannot be reached the rank says so once and
 trains on (no notices; the launcher still judges the job from its ranks'
 exits)."""
@@ -11,8 +13,8 @@ import sys
 import threading
 import time
 
-from tf_ring.elastic import control_wire
-from tf_ring.elastic.control_wire import Channel, ChannelError
+from tf_ring.plumbing import control_wire
+from tf_ring.plumbing.control_wire import ChannelError
 
 CONNECT_TIMEOUT_S = 3.0
 # After the launcher could not be reached, commits do not wait on it again
@@ -23,9 +25,9 @@ _client_checked = False
 
 
 class ControlClient:
-    def __init__(self, targets, secret):
-        """`targets`: [(address, port)] to try in order."""
-        self._targets, self._secret = list(targets), secret
+    def __init__(self, endpoint, secret):
+        """`endpoint`: the control service's (TF_RING_CONTROL_TO)."""
+        self._endpoint, self._secret = endpoint, secret
         self._channel = None
         self._next_notice = 0
         self._lock = threading.Lock()  # the mirror thread reports commits beside the main thread
@@ -37,10 +39,10 @@ class ControlClient:
         reply = self._call({"op": "notices", "since": self._next_notice})
         if reply is None:
             return []
-        found = []
-        for item in reply.get("notices", []):
+        found, items = [], reply.get("notices")
+        for item in items if isinstance(items, list) else []:
             if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], (int, float))
-                    and isinstance(item[1], int)):
+                    and isinstance(item[1], int) and abs(item[0]) < 1e300):
                 found.append((float(item[0]), item[1]))
         if isinstance(reply.get("next"), int):
             self._next_notice = reply["next"]
@@ -88,14 +90,7 @@ class ControlClient:
             return None
 
     def _connect(self):
-        return control_wire.connect_first(self._targets, self._secret, Channel,
-                                          CONNECT_TIMEOUT_S)
-
-
-def parse_targets(value):
-    """[(address, port)] from "addr,addr,...:port"."""
-    addresses, _, port = value.rpartition(":")
-    return [(a, int(port)) for a in addresses.split(",") if a]
+        return control_wire.connect(self._endpoint, self._secret, CONNECT_TIMEOUT_S)
 
 
 def from_environment(environ=None):
@@ -110,4 +105,4 @@ def from_environment(environ=None):
 
 def _make(env):
     value, secret = env.get(control_wire.ADDRESS_ENV), env.get(control_wire.SECRET_ENV)
-    return ControlClient(parse_targets(value), secret) if value and secret else None
+    return ControlClient(value, secret) if value and secret else None

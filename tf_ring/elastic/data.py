@@ -10,7 +10,7 @@ after `processed`, dealt out round robin: element i of the rest goes to rank
 i % size. So one step of `batch_size` per rank consumes exactly the next
 size * batch_size samples of the sequence, and after any number of whole
 steps the finished samples are again a prefix, whichever ranks did them."""
-from tf_ring import basics
+from tf_ring.runtime import basics
 
 
 def shard_dataset(dataset, processed=0, rank=None, size=None):

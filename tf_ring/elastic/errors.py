@@ -1,6 +1,6 @@
 """The exceptions elastic training speaks, with Horovod's names and classes
 (both RuntimeError subclasses, so `except RuntimeError` code keeps working)."""
-import enum
+from tf_ring.plumbing.host_updates import HostUpdateResult  # noqa: F401 (public here)
 
 
 class HorovodInternalError(RuntimeError):
@@ -28,11 +28,3 @@ class HostsUpdatedInterrupt(RuntimeError):
 class ResetLimitError(RuntimeError):
     """The job reset more often than its reset limit allows (see
     `tf_ring.elastic.set_reset_limit`); the cause is chained as __cause__."""
-
-
-class HostUpdateResult(enum.IntFlag):
-    """What a host-change notice says; notices combine with `|`."""
-    no_update = 0
-    removed = 1
-    added = 2
-    mixed = 3

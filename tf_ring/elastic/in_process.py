@@ -13,16 +13,15 @@ it. The processes, their graphs and memory stay.
 import os
 import sys
 
-from tf_ring import basics
+from tf_ring.runtime import basics
+from tf_ring.plumbing import env_names
 
-ULFM_ENV = "TF_RING_ULFM"
-MIN_NP_ENV = "TF_RING_ELASTIC_MIN_NP"  # tfringrun --min-np
 LOST_RANK_TEXT = "tf_ring lost a rank"
 
 
 def fault_tolerant():
     """True when this job runs in fault-tolerant mode (TF_RING_ULFM=1)."""
-    return os.environ.get(ULFM_ENV, "") == "1"
+    return os.environ.get(env_names.ULFM, "") == "1"
 
 
 def is_lost_rank_error(error):
@@ -44,7 +43,7 @@ def shrink_and_restart():
     A rank lost while the survivors re-initialise makes them shrink again;
     what cannot be recovered in-process leaves for tfringrun's restart."""
     from mpi4py import MPI
-    from tf_ring import process_set as sets
+    from tf_ring.runtime import process_set as sets
     from tf_ring.elastic import restart
     global _next_set_id
     old = basics._engine_comm if basics._engine_comm is not None else MPI.COMM_WORLD
@@ -80,7 +79,7 @@ def shrink_and_restart():
         _free(comm)
     _free(old)
     _tell_driver(basics.size())
-    minimum = int(os.environ.get(MIN_NP_ENV, "0") or 0)
+    minimum = int(os.environ.get(env_names.ELASTIC_MIN_NP, "0") or 0)
     if basics.size() < minimum:
         # Too few ranks to go on: the driver's coordinated restart waits for
         # hosts (--elastic-timeout) from the mirrored commit, or fails.
@@ -99,7 +98,7 @@ def _start_engine(shrunk, old, registered, dynamic):
     that stopped this rank, or None. The survivors agree after each half:
     the sets' registration is a collective of the new engine, which a rank
     whose engine did not start would never join."""
-    from tf_ring import process_set as sets
+    from tf_ring.runtime import process_set as sets
     failure = _attempt(lambda: basics.init(comm=shrunk,
                                            process_sets="dynamic" if dynamic else None))
     if not _everyone_started(shrunk, failure is None):

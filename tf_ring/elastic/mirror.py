@@ -21,7 +21,7 @@ import pickle
 import sys
 import threading
 
-from tf_ring.run.private_dirs import create_private_file, make_private_dir, open_private_file
+from tf_ring.plumbing.private_dirs import create_private_file, make_private_dir, open_private_file
 
 MIRROR_FILE = "commit.pkl"
 _MAGIC = b"tf_ring-mirror-1\n"

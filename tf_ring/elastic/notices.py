@@ -2,7 +2,7 @@
 
 The driver learns of added hosts from its discovery script and keeps a
 notice for the running world in its control service
-(tf_ring.run.control_service); rank 0 asks for the new ones at each commit
+(tf_ring.elastic_driver.control_service); rank 0 asks for the new ones at each commit
 over the job's authenticated control channel (tf_ring.elastic.control_client),
 wherever rank 0 runs. Rank 0 then broadcasts what it found, so every rank
 raises HostsUpdatedInterrupt at the same commit."""

@@ -9,11 +9,11 @@ docs/elastic.md.
 import functools
 import os
 
-from tf_ring import basics
+from tf_ring.runtime import basics
+from tf_ring.plumbing import env_names
 from tf_ring.elastic import in_process, restart
 from tf_ring.elastic.errors import HorovodInternalError, HostsUpdatedInterrupt, ResetLimitError
 
-RESET_LIMIT_ENV = "TF_RING_ELASTIC_RESET_LIMIT"
 
 
 def _reinit_engine():
@@ -57,7 +57,7 @@ def reset_limit():
     """The limit in force, or None for none."""
     if _reset_limit is not None:
         return _reset_limit
-    value = os.environ.get(RESET_LIMIT_ENV, "").strip()
+    value = os.environ.get(env_names.ELASTIC_RESET_LIMIT, "").strip()
     if not value:
         return None
     try:
@@ -65,7 +65,7 @@ def reset_limit():
     except ValueError:
         limit = -1
     if limit < 0:
-        raise ValueError("%s=%r: expected a count >= 0" % (RESET_LIMIT_ENV, value))
+        raise ValueError("%s=%r: expected a count >= 0" % (env_names.ELASTIC_RESET_LIMIT, value))
     return limit
 
 
@@ -82,7 +82,7 @@ def _count_reset(cause):
             "tf_ring.elastic.run: the job needs reset number %d (after %s: %s), but the reset "
             "limit is %d (%s or set_reset_limit()); stopping instead. Raise the limit, or find "
             "why ranks keep failing." % (_reset_count + 1, type(cause).__name__, cause, limit,
-                                         RESET_LIMIT_ENV)) from cause
+                                         env_names.ELASTIC_RESET_LIMIT)) from cause
     _reset_count += 1
 
 

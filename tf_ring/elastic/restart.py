@@ -18,12 +18,8 @@ import sys
 
 from tf_ring.elastic import control_client
 from tf_ring.elastic.mirror import MirrorWriter, load_mirror
+from tf_ring.plumbing import env_names
 
-EXIT_HOSTS_UPDATED = 75  # tf_ring.run.elastic_plan uses the same code
-COMMITTED_ENV = "TF_RING_ELASTIC_COMMITTED"  # the newest commit the launcher heard of
-# Which world of the job this is (0, then one more each relaunch), so that a
-# hosted job keeps the results of the last world only (tf_ring.hosted).
-WORLD_ENV = "TF_RING_ELASTIC_WORLD"
 _writer = None
 _mirror_taken = False
 _commits = 0  # this job's commits so far, the same number on every rank
@@ -34,11 +30,11 @@ class CommitLost(RuntimeError):
 
 
 def state_dir():
-    return os.environ.get("TF_RING_ELASTIC_STATE_DIR")
+    return os.environ.get(env_names.ELASTIC_STATE_DIR)
 
 
 def _secret():
-    return os.environ.get("TF_RING_ELASTIC_SECRET", "")
+    return os.environ.get(env_names.ELASTIC_SECRET, "")
 
 
 def under_driver():
@@ -54,7 +50,7 @@ def mirror_commit(snapshot_fn):
     if not directory:
         return
     _commits += 1
-    from tf_ring.basics import local_rank
+    from tf_ring.runtime.basics import local_rank
     if local_rank() != 0:
         return
     if _writer is None:
@@ -65,7 +61,7 @@ def mirror_commit(snapshot_fn):
 def _tell_launcher(snapshot):
     """Rank 0 reports each commit on disk (the launcher passes the newest
     number to the next world, which must find it or say so)."""
-    from tf_ring.basics import rank
+    from tf_ring.runtime.basics import rank
     client = control_client.from_environment()
     if client is not None and rank() == 0:
         client.report_commit(snapshot["commit"])
@@ -78,8 +74,8 @@ def take_mirror_once():
     if _mirror_taken or not state_dir():
         return None
     _mirror_taken = True
-    from tf_ring.basics import rank
-    from tf_ring.objects import allgather_object, broadcast_object
+    from tf_ring.runtime.basics import rank
+    from tf_ring.collectives.objects import allgather_object, broadcast_object
     found, problem = None, None
     try:
         found = load_mirror(state_dir(), _secret())
@@ -93,7 +89,7 @@ def take_mirror_once():
                          "stops instead of training from an unknown state: "
                          + "; ".join(problems))
     newest = max(n for n, _ in everyone)
-    expected = int(os.environ.get(COMMITTED_ENV, "0") or 0)
+    expected = int(os.environ.get(env_names.ELASTIC_COMMITTED, "0") or 0)
     if newest == 0:
         if expected:
             raise CommitLost(
@@ -119,7 +115,8 @@ def exit_for_relaunch():
         _writer.flush(timeout=60)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(EXIT_HOSTS_UPDATED)  # all ranks leave together; nothing collective after this
+    # All ranks leave together; nothing collective after this.
+    os._exit(env_names.EXIT_HOSTS_UPDATED)
 
 
 def finish():
@@ -131,6 +128,6 @@ def finish():
         _writer.close()
         _writer = None
     directory = state_dir()
-    from tf_ring.basics import local_rank
+    from tf_ring.runtime.basics import local_rank
     if directory and local_rank() == 0:
         shutil.rmtree(directory, ignore_errors=True)

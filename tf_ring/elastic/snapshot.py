@@ -11,7 +11,7 @@ into NumPy through the session and written back through placeholders.
 import numpy as np
 import tensorflow as tf
 
-from tf_ring.ops import broadcast
+from tf_ring.collectives.ops import broadcast
 
 SYNC_NAME = "elastic.sync"
 

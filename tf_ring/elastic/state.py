@@ -8,12 +8,12 @@ import queue
 
 import tensorflow as tf
 
-from tf_ring.basics import rank
+from tf_ring.runtime.basics import rank
 from tf_ring.elastic import restart
 from tf_ring.elastic.errors import HostUpdateResult, HostsUpdatedInterrupt
 from tf_ring.elastic.hosts import poll_host_updates
-from tf_ring.objects import _run_eagerly, broadcast_object
-from tf_ring.ops import broadcast
+from tf_ring.collectives.objects import _run_eagerly, broadcast_object
+from tf_ring.collectives.ops import broadcast
 
 
 def _broadcast_from_root(obj):

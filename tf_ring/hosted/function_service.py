@@ -4,8 +4,8 @@ error. Frameworks add their own requests (a Spark task's registration)
 through `handlers`."""
 import threading
 
-from tf_ring.elastic.control_wire import ChannelError
-from tf_ring.hosted import server
+from tf_ring.hosted import frames, server
+from tf_ring.plumbing.sealed_frames import ChannelError
 
 PAYLOAD, RESULT = b"p", b"r"
 
@@ -19,11 +19,16 @@ class FunctionService:
         self.world_size = None  # that world's number of ranks, once one asked
         self._handlers = dict(handlers or {})
         self._lock = threading.Lock()
-        self._server = server.Server(secret, self._serve, bind_address, name="tf_ring-function")
+        self._server = server.Server(secret, frames.FUNCTION, self._serve, bind_address,
+                                     name="tf_ring-function")
 
     @property
     def port(self):
         return self._server.port
+
+    def endpoint(self, addresses):
+        """What ranks and tasks are told to reach this service."""
+        return self._server.endpoint(addresses)
 
     @property
     def refused(self):

@@ -10,16 +10,19 @@ import os
 import pickle
 import shlex
 import subprocess
-import sys
 import tempfile
 import threading
 
 from tf_ring.hosted import frames, function_service, rank_entry, task_service
-from tf_ring.run import interface_addresses
+from tf_ring.plumbing import endpoints, interface_addresses, job_settings, module_command
+from tf_ring.plumbing.job_settings import JobSettings
 
 HOST_NAME = "tfring-host-%d"
-# The ranks run the task's own Python (task_service sets it for the daemon).
-RANK_COMMAND = 'exec "${%s:-python3}" -m tf_ring.hosted.rank_entry' % task_service.PYTHON_ENV
+# The ranks run the task's own Python (task_service sets it for the daemon),
+# whose version is not known here: without the working directory on the
+# module path (module_command).
+RANK_COMMAND = module_command.module_shell("tf_ring.hosted.rank_entry",
+                                           '"${%s:-python3}"' % task_service.PYTHON_ENV)
 
 
 class JobFailed(RuntimeError):
@@ -33,42 +36,32 @@ class JobFailed(RuntimeError):
 def machine_addresses(nics=None):
     """Where other hosts try to reach this machine: the addresses of `nics` (an
     interface or subnet list, as --network-interface takes), else every
-    address of this machine, loopback last."""
+    address of this machine; host-local ones (loopback, link-local) only
+    when there is nothing else, and then only clients on this machine use
+    them (tf_ring.plumbing.endpoints)."""
     if nics:
         chosen = interface_addresses.addresses_for(nics)
         if chosen:
-            return chosen
-    found = list(interface_addresses.all_addresses().values())
-    return sorted(found, key=lambda a: a.startswith("127.")) or ["127.0.0.1"]
+            return endpoints.published(chosen)
+    return endpoints.published(interface_addresses.all_addresses().values()) or ["127.0.0.1"]
 
 
 def launcher_argv(num_proc, hosts, agent, start_timeout, nics=None, verbose=1, env_keys=(),
                   elastic=None):
-    """tfringrun's argv for `hosts` [(name, slots)], or with `elastic`
-    {"discovery": script, "min_np", "max_np", "elastic_timeout", "reset_limit"}
-    for hosts that the script lists as they come and go."""
-    argv = [sys.executable, "-m", "tf_ring.run", "-np", str(num_proc), "--rsh-agent", agent,
-            "--start-timeout", "%g" % start_timeout]
-    if elastic:
-        argv += ["--host-discovery-script", elastic["discovery"],
-                 "--min-np", str(elastic["min_np"]), "--max-np", str(elastic["max_np"])]
-        if elastic.get("elastic_timeout") is not None:
-            argv += ["--elastic-timeout", "%g" % elastic["elastic_timeout"]]
-        if elastic.get("reset_limit") is not None:
-            argv += ["--reset-limit", str(elastic["reset_limit"])]
-    else:
-        argv += ["-H", ",".join("%s:%d" % h for h in hosts)]
-    if nics:
-        argv += ["--network-interface", nics]
-    if verbose >= 2:
-        argv.append("--verbose")
+    """tfringrun's argv for `hosts` [(name, slots)], or with `elastic` (an
+    ElasticSettings whose discovery script lists the hosts as they come and
+    go) for an elastic job: the job's JobSettings as flags."""
     # Every daemon is started from the driver: PRRTE's tree spawn would have
     # the first daemons run the agent on their hosts, where it does not exist.
     mpi_args = ["--prtemca", "plm_ssh_no_tree_spawn", "1"]
     for key in sorted(env_keys):  # tfringrun forwards TF_*, PATH and a few more by itself
         mpi_args += ["-x", shlex.quote(key)]
-    argv += ["--mpi-args", " ".join(mpi_args)]
-    return argv + ["--", "sh", "-c", RANK_COMMAND]
+    settings = JobSettings(
+        command=["sh", "-c", RANK_COMMAND], np=num_proc,
+        host_list=None if elastic else list(hosts), rsh_agent=agent,
+        start_timeout=float(start_timeout), network_interface=nics or None,
+        verbose=verbose >= 2, mpi_args=" ".join(mpi_args), elastic=elastic)
+    return module_command.module_argv("tf_ring.run") + job_settings.launcher_argv(settings)
 
 
 class HostNames:
@@ -101,12 +94,14 @@ class AgentDirectory:
         self.path = self._tmp.name
         self._map, self._list = (os.path.join(self.path, n) for n in ("hosts.json", "hosts.txt"))
         self.set_hosts([])
-        self.agent = self._script("rsh_agent", "exec %s -m tf_ring.hosted.rsh_agent --hosts %s "
-                                  "\"$@\"" % (shlex.quote(sys.executable), shlex.quote(self._map)))
+        # The agent runs in this private directory, not in mpirun's.
+        agent = module_command.module_argv("tf_ring.hosted.rsh_agent") + ["--hosts", self._map]
+        self.agent = self._script("rsh_agent", "cd %s && exec %s \"$@\"" % (
+            shlex.quote(self.path), " ".join(shlex.quote(w) for w in agent)))
         self.discovery = self._script("discover_hosts", "exec cat %s" % shlex.quote(self._list))
 
     def set_hosts(self, hosts):
-        """hosts: [(name, task service "addr,...:port", slots)]."""
+        """hosts: [(name, task service endpoint, slots)]."""
         self._replace(self._map, json.dumps({name: service for name, service, _ in hosts}))
         self._replace(self._list, "".join("%s:%d\n" % (name, slots) for name, _, slots in hosts))
 
@@ -135,19 +130,19 @@ def _pump(stream, out):
 def serve(fn, args, kwargs, num_proc, secret, dumps, pickler, nics=None, handlers=None):
     """Starts the driver's FunctionService for fn(*args, **kwargs) on
     `num_proc` ranks (at most); returns it and where ranks and tasks reach it
-    ("addr,...:port"). `dumps`/`pickler`: the framework's cloudpickle (its
+    (its endpoint). `dumps`/`pickler`: the framework's cloudpickle (its
     function and module name: the ranks pickle their results with it)."""
     payload = dumps((fn, tuple(args), dict(kwargs or {}), pickler))
     addresses = machine_addresses(nics)
     bind = addresses[0] if nics and len(addresses) == 1 else "0.0.0.0"
     service = function_service.FunctionService(secret, payload, num_proc, bind, handlers)
-    return service, frames.format_targets(addresses, service.port)
+    return service, service.endpoint(addresses)
 
 
 def launch(service, targets, host_services, secret, start_timeout=600, env=None, stdout=None,
            stderr=None, verbose=1, nics=None, who="tf_ring"):
     """Runs the served function through tfringrun on `host_services`
-    [(task service "addr,...:port", slots)], one per real host, in the order
+    [(task service endpoint, slots)], one per real host, in the order
     ranks are placed; returns the results in rank order or raises JobFailed
     (`who` names the API in its message). Closes `service`."""
     num_proc = sum(slots for _, slots in host_services)

@@ -8,18 +8,19 @@ import pickle
 import sys
 import traceback
 
-from tf_ring.elastic.restart import WORLD_ENV
+from tf_ring.plumbing import env_names
+from tf_ring.plumbing.env_names import ELASTIC_WORLD as WORLD_ENV
 from tf_ring.hosted import frames, function_service
 
-FUNCTION_ENV = "TF_RING_HOSTED_FUNCTION"  # "addr,addr,...:port" of the driver's service
+FUNCTION_ENV = env_names.HOSTED_FUNCTION  # the endpoint of the driver's function service
 
 
 def main():
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
     world = int(os.environ.get(WORLD_ENV, "0"))  # an elastic job's relaunch count
-    channel = frames.connect(frames.parse_targets(os.environ[FUNCTION_ENV]),
-                             os.environ[frames.SECRET_ENV])
+    channel = frames.connect(os.environ[FUNCTION_ENV], os.environ[frames.SECRET_ENV],
+                             frames.FUNCTION)
     channel.send({"op": "fn", "rank": rank, "size": size, "world": world})
     kind, payload = channel.receive_frame()
     if kind != function_service.PAYLOAD:

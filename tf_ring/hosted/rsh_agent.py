@@ -5,14 +5,14 @@ run COMMAND there, relaying its output and exit code.
     python -m tf_ring.hosted.rsh_agent --hosts FILE [ssh options] HOST COMMAND...
 
 FILE (written by tf_ring.hosted.job in a private directory) maps each
-made-up host name to its task service's "addr,addr,...:port". The job's
+made-up host name to its task service's endpoint. The job's
 secret comes in the environment (frames.SECRET_ENV), never on a command line."""
 import json
 import os
 import sys
 
-from tf_ring.elastic.control_wire import ChannelError
 from tf_ring.hosted import frames, task_service
+from tf_ring.plumbing.sealed_frames import ChannelError, parse_json
 
 # ssh options that take a value (mpirun may add some of its plm_rsh_args).
 _SSH_OPTIONS_WITH_VALUE = ("-p", "-l", "-o", "-i", "-F", "-b", "-c", "-E", "-J", "-m")
@@ -44,7 +44,7 @@ def main(argv=None):
               file=sys.stderr)
         return _FAILED
     try:
-        channel = frames.connect(frames.parse_targets(services[host]), os.environ[frames.SECRET_ENV])
+        channel = frames.connect(services[host], os.environ[frames.SECRET_ENV], frames.TASK)
     except (ChannelError, KeyError) as e:
         print("tf_ring rsh agent: cannot reach the task service of %s: %s" % (host, e),
               file=sys.stderr)
@@ -59,8 +59,8 @@ def main(argv=None):
                 outputs[kind].write(payload)
                 outputs[kind].flush()
             elif kind == frames.JSON:
-                return _exit_code(json.loads(payload).get("exit"))
-    except (ChannelError, OSError, ValueError) as e:
+                return _exit_code(parse_json(payload).get("exit"))
+    except (ChannelError, OSError) as e:
         print("tf_ring rsh agent: lost %s's task service: %s" % (host, e), file=sys.stderr)
         return _FAILED
 

@@ -8,9 +8,9 @@ import subprocess
 import sys
 import threading
 
-from tf_ring.elastic.control_wire import ChannelError, PeerClosed
-from tf_ring.hosted import server
-from tf_ring.run import process_tree
+from tf_ring.hosted import frames, server
+from tf_ring.plumbing.sealed_frames import ChannelError, PeerClosed
+from tf_ring.plumbing import env_names, process_tree
 
 OUT, ERR = b"o", b"e"
 # What the agent may set for the daemon: Open MPI's and PRRTE's settings and
@@ -19,7 +19,7 @@ OUT, ERR = b"o", b"e"
 FORWARDED_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "OMPI_ALLOW_RUN_AS_ROOT")
 # The daemon's ranks start this Python (the task's own, which may differ
 # from the driver's) through tf_ring.hosted.job's rank command.
-PYTHON_ENV = "TF_RING_TASK_PYTHON"
+PYTHON_ENV = env_names.TASK_PYTHON
 
 
 class TaskService:
@@ -27,11 +27,20 @@ class TaskService:
         self.commands_run = 0
         self._children, self._lock = [], threading.Lock()
         self._closed = False
-        self._server = server.Server(secret, self._serve, bind_address, name="tf_ring-task")
+        self._server = server.Server(secret, frames.TASK, self._serve, bind_address,
+                                     name="tf_ring-task")
 
     @property
     def port(self):
         return self._server.port
+
+    @property
+    def service_id(self):
+        return self._server.service_id
+
+    def endpoint(self, addresses):
+        """What the rsh agent is told to reach this service (its addresses here)."""
+        return self._server.endpoint(addresses)
 
     def close(self):
         """Stops listening and kills every daemon still running."""

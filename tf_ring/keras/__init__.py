@@ -6,15 +6,16 @@ it is given.
 """
 # The collectives' gradients (SyncBatchNormalization and user code differentiate
 # through allreduce); `import tf_ring.keras` alone must register them too.
-import tf_ring._gradients  # noqa: F401
-from tf_ring.basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                            mpi_built, mpi_threads_supported, nccl_built, rank, shutdown, size)
-from tf_ring.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast
-from tf_ring.compression import Compression
-from tf_ring.joining import join
-from tf_ring.exchange import reducescatter
-from tf_ring.variables import broadcast_global_variables
-from tf_ring.objects import allgather_object, broadcast_object
+import tf_ring.collectives._gradients  # noqa: F401
+from tf_ring.runtime.basics import (cross_rank, cross_size, init, is_initialized, local_rank,
+                                    local_size, mpi_built, mpi_threads_supported, nccl_built, rank,
+                                    shutdown, size)
+from tf_ring.collectives.ops import Average, Max, Min, Product, Sum, allgather, allreduce, broadcast
+from tf_ring.collectives.compression import Compression
+from tf_ring.collectives.joining import join
+from tf_ring.collectives.exchange import reducescatter
+from tf_ring.collectives.variables import broadcast_global_variables
+from tf_ring.collectives.objects import allgather_object, broadcast_object
 from tf_ring.keras import callbacks
 from tf_ring.keras import elastic
 from tf_ring.keras._optimizer import DistributedOptimizer, PartialDistributedOptimizer
@@ -29,15 +30,15 @@ __all__ = ["Compression", "init", "shutdown", "is_initialized", "rank", "size", 
            "elastic"]
 
 # Horovod's Adasum op and build queries, as horovod.tensorflow.keras has them.
-from tf_ring.ops import Adasum  # noqa: E402
-from tf_ring.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: E402
-                            mpi_enabled, rocm_built)
+from tf_ring.collectives.ops import Adasum  # noqa: E402
+from tf_ring.runtime.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: E402
+                                    mpi_enabled, rocm_built)
 
 __all__ += ["Adasum", "ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
             "mpi_enabled", "rocm_built"]
 
 # Process sets, as horovod.tensorflow.keras has them (see docs/process-sets.md).
-from tf_ring.process_set import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
-                                 remove_process_set)
+from tf_ring.runtime.process_set import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
+                                         remove_process_set)
 
 __all__ += ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"]

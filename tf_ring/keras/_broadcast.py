@@ -1,7 +1,7 @@
 """Broadcast of variables from one rank, all issued in one tf.function so they run together."""
 import tensorflow as tf
 
-from tf_ring import ops
+from tf_ring.collectives import ops
 
 
 def broadcast_variables(variables, root_rank, name_prefix, process_set=None):

@@ -1,5 +1,5 @@
 """BestModelCheckpoint: Keras's ModelCheckpoint with save_best_only, writing on rank 0 only."""
-from tf_ring import basics
+from tf_ring.runtime import basics
 from tf_ring.keras import _flavor, _xla
 
 _ModelCheckpoint = _flavor.keras_module().callbacks.ModelCheckpoint

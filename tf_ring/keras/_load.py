@@ -1,10 +1,10 @@
 """load_model: reload a saved model and make its optimizer a tf_ring one again."""
-from tf_ring import ops
-from tf_ring.compression import Compression
+from tf_ring.collectives import ops
+from tf_ring.collectives.compression import Compression
 from tf_ring.keras import _flavor
 from tf_ring.keras._optimizer import make_distributed_in_place
-from tf_ring.process_set import global_process_set
-from tf_ring.tape import local_layer_variables
+from tf_ring.runtime.process_set import global_process_set
+from tf_ring.training.tape import local_layer_variables
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none,

@@ -24,11 +24,10 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from tf_ring import ops
-from tf_ring.gradient_reduction import variable_key
+from tf_ring.collectives import ops
 from tf_ring.keras import _xla
-from tf_ring.keras._reduce import reduce_gradients, to_dense
-from tf_ring.process_set import global_process_set
+from tf_ring.runtime.process_set import global_process_set
+from tf_ring.training.gradient_reduction import to_dense
 
 
 def gradients_for_check(optimizer, grads, variables):
@@ -38,14 +37,14 @@ def gradients_for_check(optimizer, grads, variables):
     settings = optimizer._tf_ring_settings
     grads = [None if g is None else to_dense(g) for g in grads]
     if settings.accumulator is None:
-        grads = reduce_gradients(settings, grads, variables)
+        grads = settings.reducer.reduce(grads, variables)
         own = [g for g, v in zip(grads, variables)
-               if g is not None and variable_key(v) in settings.local_keys]
+               if g is not None and settings.reducer.is_local(v)]
         reduced = True
     else:
         own = [g for g in grads if g is not None]
         reduced = False
-    process_set = settings.process_set
+    process_set = settings.reducer.settings.process_set
     if own and (process_set is global_process_set or process_set.included()):
         grads = _non_finite_everywhere_if_anywhere(grads, own, process_set)
     return grads, reduced

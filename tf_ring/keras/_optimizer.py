@@ -12,15 +12,15 @@ import functools
 
 import tensorflow as tf
 
-from tf_ring import ops
-from tf_ring.compression import Compression
-from tf_ring.gradient_reduction import predivide_scales, resolve_groups, variable_key
+from tf_ring.collectives import ops
+from tf_ring.collectives.compression import Compression
 from tf_ring.keras import _flavor, _xla
 from tf_ring.keras._aggregation import LocalGradientAccumulator
 from tf_ring.keras._loss_scale import PreReduced, install_keras3_hook, tf_keras_aggregate
-from tf_ring.keras._reduce import reduce_gradients, to_dense
-from tf_ring.process_set import global_process_set, process_set_id_of
-from tf_ring.tape import local_layer_variables
+from tf_ring.runtime.process_set import global_process_set
+from tf_ring.training.gradient_reduction import GradientReducer, to_dense
+from tf_ring.training.gradient_settings import PER_GRADIENT, gradient_settings
+from tf_ring.training.tape import local_layer_variables
 
 
 class _Settings:
@@ -36,20 +36,16 @@ class _Settings:
         if int(backward_passes_per_step) < 1:
             raise ValueError("DistributedOptimizer: backward_passes_per_step must be >= 1, got %r"
                              % (backward_passes_per_step,))
-        self.op = op
-        self.compression = compression
+        # Every gradient gets its own allreduce in the step's graph, where the engine
+        # fuses them (PER_GRADIENT), so groups only gets Horovod's validation; a
+        # gradient_predivide_factor with Sum is ignored, as in Horovod's Keras.
+        self.reducer = GradientReducer(gradient_settings(
+            "DistributedOptimizer", op, compression, sparse_as_dense, gradient_predivide_factor,
+            num_groups, groups, scale_local_gradients, process_set, batching=PER_GRADIENT,
+            predivide_needs_average=False), "tf_ring.keras")
         self.passes = int(backward_passes_per_step)
         # Horovod semantics: the locally summed gradients are divided by N only on request.
         self.aggregate_scale = 1.0 / self.passes if average_aggregated_gradients else 1.0
-        self.sparse_as_dense = sparse_as_dense
-        # Every gradient already has its own allreduce in the step's graph, where the
-        # engine fuses them, so groups only gets Horovod's validation.
-        resolve_groups(num_groups, groups)
-        self.prescale, self.postscale = predivide_scales(op, gradient_predivide_factor)
-        self.scale_local_gradients = scale_local_gradients
-        self.local_keys = set()
-        process_set_id_of(process_set, "DistributedOptimizer")  # registered, or a clear error
-        self.process_set = process_set
         self.accumulator = LocalGradientAccumulator(self.passes) if self.passes > 1 else None
         # Set while a loss-scale optimizer around this one has reduced the gradients
         # before its finiteness check (see _loss_scale).
@@ -59,7 +55,7 @@ class _Settings:
 
 
 def _register_local_var(optimizer, var):
-    optimizer._tf_ring_settings.local_keys.add(variable_key(var))
+    optimizer._tf_ring_settings.reducer.register_local(var)
 
 
 def _keras3_subclass(base):
@@ -78,7 +74,7 @@ def _keras3_subclass(base):
             if settings.reduced_by_caller:
                 return base.apply(self, grads, trainable_variables)
             if settings.accumulator is None:
-                return base.apply(self, reduce_gradients(settings, grads, variables),
+                return base.apply(self, settings.reducer.reduce(grads, variables),
                                   trainable_variables)
             if not self.built:
                 # Build outside the tf.cond below so slot variables are not made in a branch.
@@ -87,8 +83,8 @@ def _keras3_subclass(base):
                     self.build(variables)
 
             def reduce_and_apply(totals):
-                base.apply(self, reduce_gradients(settings, totals, variables,
-                                                  settings.aggregate_scale), variables)
+                base.apply(self, settings.reducer.reduce(totals, variables,
+                                                         settings.aggregate_scale), variables)
 
             def count_skipped_pass():
                 self._iterations.assign_add(1)
@@ -103,13 +99,13 @@ def _reduce_and_apply_gradients(optimizer, base, pairs, args, kwargs):
     grads = [None if g is None else to_dense(g) for g, _ in pairs]
     variables = [v for _, v in pairs]
     if settings.accumulator is None:
-        reduced = reduce_gradients(settings, grads, variables)
+        reduced = settings.reducer.reduce(grads, variables)
         return base.apply_gradients(optimizer, list(zip(reduced, variables)), *args, **kwargs)
     with tf.init_scope():
         iterations = optimizer.iterations  # created here, not inside a cond branch
 
     def reduce_and_apply(totals):
-        reduced = reduce_gradients(settings, totals, variables, settings.aggregate_scale)
+        reduced = settings.reducer.reduce(totals, variables, settings.aggregate_scale)
         base.apply_gradients(optimizer, list(zip(reduced, variables)), *args, **kwargs)
 
     def count_skipped_pass():

@@ -9,7 +9,7 @@ the cross-rank terms of the backward pass.
 """
 import tensorflow as tf
 
-from tf_ring import ops
+from tf_ring.collectives import ops
 from tf_ring.keras import _flavor
 
 _BatchNormalization = _flavor.keras_module().layers.BatchNormalization

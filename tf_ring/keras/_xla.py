@@ -8,21 +8,16 @@ the lowering keep XLA off for the train step, with a warning.
 """
 import warnings
 
-import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
+from tf_ring.runtime._build_info import xla_support
+from tf_ring.training.gradient_reduction import tracing_under_xla
 
 NO_LOWERING = ("this build of tf_ring has no XLA lowering for its collectives "
                "(tf_ring._xla_support is False: the TensorFlow wheel it was built against "
                "lacks XLA's FFI headers)")
 
 
-def tracing_under_xla():
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
-
 def lowering_built():
-    import tf_ring
-    return bool(tf_ring._xla_support)
+    return xla_support()
 
 
 def why_not_compilable(settings):

@@ -9,13 +9,14 @@ warning (see tf_ring.keras._xla).
 import numpy as np
 import tensorflow as tf
 
-from tf_ring import basics, ops
-from tf_ring.gradient_reduction import variable_key
+from tf_ring.runtime import basics
+from tf_ring.collectives import ops
+from tf_ring.training.gradient_reduction import variable_key
 from tf_ring.keras import _flavor, _xla
 from tf_ring.keras._broadcast import broadcast_variables
 from tf_ring.keras._checkpoint import BestModelCheckpoint  # noqa: F401 (exported here)
 from tf_ring.keras._learning_rate import MomentumCorrection, get_learning_rate, set_learning_rate
-from tf_ring.process_set import global_process_set
+from tf_ring.runtime.process_set import global_process_set
 
 _Callback = _flavor.keras_module().callbacks.Callback
 

@@ -10,20 +10,22 @@ import math
 import os
 import socket
 
-from tf_ring.hosted import frames, job, task_service
+from tf_ring.hosted import job, task_service
+from tf_ring.plumbing import endpoints
 
 
 def service_addresses(nics=None):
     """Where the driver's rsh agent tries to reach this node: the addresses
     of `nics` when given and present, else the IP Ray knows the node by
-    first, then this machine's other addresses."""
+    first, then this machine's other addresses; a host-local one only when
+    there is nothing else (tf_ring.plumbing.endpoints)."""
     if nics:
         chosen = job.machine_addresses(nics)
         if chosen:
             return chosen
     import ray
     first = ray.util.get_node_ip_address()
-    return [first] + [a for a in job.machine_addresses() if a != first]
+    return endpoints.published([first] + job.machine_addresses())
 
 
 class HostAgent:
@@ -38,10 +40,10 @@ class HostAgent:
         addresses = service_addresses(nics)
         bind = addresses[0] if nics and len(addresses) == 1 else "0.0.0.0"
         self._service = task_service.TaskService(secret, bind)
-        self._targets = frames.format_targets(addresses, self._service.port)
+        self._targets = self._service.endpoint(addresses)
 
     def info(self):
-        """The task service's "addr,...:port", this host's name and the
+        """The task service's endpoint, this host's name and the
         agent's process id."""
         return {"service": self._targets, "hostname": socket.gethostname(), "pid": os.getpid(),
                 "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -12,6 +12,7 @@ import threading
 import time
 
 from tf_ring.hosted import job
+from tf_ring.plumbing.job_settings import ElasticSettings
 from tf_ring.ray import agent
 
 POLL_S = 1.0
@@ -74,12 +75,11 @@ class ElasticHosts:
         service, targets = job.serve(fn, args, kwargs, self.max_workers, self.secret,
                                      cloudpickle.dumps, "ray.cloudpickle", self.nics)
         first = max(self.min_workers, min(self.slots(), self.max_workers))
+        elastic = ElasticSettings(min_np=self.min_workers, max_np=self.max_workers,
+                                  discovery_script=self.directory.discovery,
+                                  elastic_timeout=float(elastic_timeout), reset_limit=reset_limit)
         argv = job.launcher_argv(first, None, self.directory.agent, self.timeout_s, self.nics,
-                                 verbose, (env or {}).keys(), elastic={
-                                     "discovery": self.directory.discovery,
-                                     "min_np": self.min_workers, "max_np": self.max_workers,
-                                     "elastic_timeout": elastic_timeout,
-                                     "reset_limit": reset_limit})
+                                 verbose, (env or {}).keys(), elastic=elastic)
         try:
             rc = job.run_launcher(argv, self.secret, targets, env)
         finally:

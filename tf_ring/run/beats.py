@@ -24,11 +24,8 @@ import sys
 import threading
 import time
 
-from tf_ring.run import interface_addresses
+from tf_ring.plumbing import env_names, interface_addresses
 
-TARGETS_ENV = "TF_RING_BEAT_TO"  # "addr,addr,...:port", the launcher's addresses
-SECRET_ENV = "TF_RING_BEAT_SECRET"
-TOKEN_ENV = "TF_RING_BEAT_TOKEN"
 INTERVAL_S = 0.5
 
 
@@ -45,12 +42,6 @@ def verify(secret, datagram):
     if not body or not hmac.compare_digest(signature, expected):
         return None
     return body.decode(errors="replace").split(" ")
-
-
-def local_addresses():
-    """This machine's IPv4 addresses, loopback last (the hosts try each)."""
-    found = list(dict.fromkeys(interface_addresses.all_addresses().values()))
-    return sorted(found, key=lambda a: a.startswith("127."))
 
 
 class Listener(object):
@@ -74,8 +65,8 @@ class Listener(object):
     def environment(self):
         """What the rank wrappers need, for mpirun to forward to every host."""
         port = self._socks[0].getsockname()[1]
-        return {TARGETS_ENV: "%s:%d" % (",".join(self.addresses or local_addresses()), port),
-                SECRET_ENV: self.secret, TOKEN_ENV: self.token}
+        return {env_names.BEAT_TO: "%s:%d" % (",".join(self.addresses or interface_addresses.local_addresses()), port),
+                env_names.BEAT_SECRET: self.secret, env_names.BEAT_TOKEN: self.token}
 
     def close(self):
         self._closed = True
@@ -134,9 +125,9 @@ def _alive(pid):
 
 def send_while_alive(rank, wrapper_pid, environ=os.environ, interval=INTERVAL_S):
     """Beats for `rank` to every launcher address until the wrapper ends."""
-    addresses, _, port = environ[TARGETS_ENV].rpartition(":")
+    addresses, _, port = environ[env_names.BEAT_TO].rpartition(":")
     targets = [(a, int(port)) for a in addresses.split(",") if a]
-    secret, token = environ[SECRET_ENV], environ[TOKEN_ENV]
+    secret, token = environ[env_names.BEAT_SECRET], environ[env_names.BEAT_TOKEN]
     sender = secrets.token_hex(4)  # a new sender (world) starts its numbers at 0
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         seq = 0
@@ -152,5 +143,5 @@ def send_while_alive(rank, wrapper_pid, environ=os.environ, interval=INTERVAL_S)
 
 
 if __name__ == "__main__":
-    if TARGETS_ENV in os.environ and sys.argv[1].isdigit():
+    if env_names.BEAT_TO in os.environ and sys.argv[1].isdigit():
         send_while_alive(int(sys.argv[1]), int(sys.argv[2]))

@@ -12,7 +12,9 @@ import shutil
 import subprocess
 import sys
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tf_ring.plumbing import env_names
+from tf_ring.runtime._build_info import PACKAGE_DIR, PATH as BUILD_INFO_PATH
+
 REBUILD_HINT = ("rebuild from the tf_ring source tree: "
                 "pip install --no-build-isolation --force-reinstall --no-deps .")
 
@@ -25,7 +27,7 @@ def find_mpirun():
 
 def build_info_path():
     # Tests point this at a fake file to exercise the mismatch report.
-    return os.environ.get("TF_RING_BUILD_INFO") or os.path.join(PACKAGE_DIR, "_build_info.json")
+    return os.environ.get(env_names.BUILD_INFO) or BUILD_INFO_PATH
 
 
 def _installed_version(*distributions):

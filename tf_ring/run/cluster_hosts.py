@@ -9,7 +9,8 @@ import itertools
 import os
 import re
 
-from tf_ring.run import host_names, layout, mpi_operator
+from tf_ring.plumbing import host_names
+from tf_ring.run import layout, mpi_operator
 
 
 class HostsError(ValueError):
@@ -152,8 +153,3 @@ def resolve(hosts_flag, hostfile, environ):
     if found:
         return found, "Slurm allocation (SLURM_JOB_NODELIST)"
     return operator_hosts(environ)
-
-
-def hosts_string(hosts):
-    """[("a", 2), ("b", 1)] -> "a:2,b:1" (mpirun's --host form)."""
-    return ",".join("%s:%d" % (name, slots) for name, slots in hosts)

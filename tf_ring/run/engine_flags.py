@@ -10,6 +10,8 @@ import collections
 import math
 import os
 
+from tf_ring.plumbing import env_names
+
 GROUP_ENGINE = "engine tuning"
 GROUP_TIMELINE = "timeline & autotune"
 GROUP_DIAGNOSTICS = "diagnostics"
@@ -69,41 +71,41 @@ def _flag(flag, env, group, help, default, metavar=None, type=None, to_env=_plai
 
 
 ENGINE_FLAGS = (
-    _flag("--fusion-threshold-mb", "TF_RING_FUSION_THRESHOLD", GROUP_ENGINE,
+    _flag("--fusion-threshold-mb", env_names.FUSION_THRESHOLD, GROUP_ENGINE,
           "MiB of tensors fused into one collective; 0 turns fusion off",
           default="64 MiB", metavar="MB", type=non_negative_float, to_env=_mebibytes_to_bytes),
-    _flag("--cycle-time-ms", "TF_RING_CYCLE_TIME", GROUP_ENGINE,
+    _flag("--cycle-time-ms", env_names.CYCLE_TIME, GROUP_ENGINE,
           "batching window: after the first tensor arrives, wait up to this many ms for more",
           default="0", metavar="MS", type=non_negative_float),
-    _flag("--cache-capacity", "TF_RING_CACHE_CAPACITY", GROUP_ENGINE,
+    _flag("--cache-capacity", env_names.CACHE_CAPACITY, GROUP_ENGINE,
           "response cache entries; 0 turns the cache off",
           default="1024", metavar="N", type=non_negative_int),
-    _flag("--no-shm", "TF_RING_SHM", GROUP_ENGINE,
+    _flag("--no-shm", env_names.SHM, GROUP_ENGINE,
           "use MPI collectives even when all ranks share one node",
           default="1, shared memory on", switch_value="0"),
-    _flag("--timeline-filename", "TF_RING_TIMELINE", GROUP_TIMELINE,
+    _flag("--timeline-filename", env_names.TIMELINE, GROUP_TIMELINE,
           "rank 0 writes a Chrome trace of every tensor's phases to PATH "
           "(summarize: python -m tf_ring.timeline summarize PATH)",
           default="off", metavar="PATH", type=str, to_env=_absolute_path),
-    _flag("--timeline-mark-cycles", "TF_RING_TIMELINE_MARK_CYCLES", GROUP_TIMELINE,
+    _flag("--timeline-mark-cycles", env_names.TIMELINE_MARK_CYCLES, GROUP_TIMELINE,
           "mark each engine cycle in the timeline",
           default="0", switch_value="1"),
-    _flag("--autotune", "TF_RING_AUTOTUNE", GROUP_TIMELINE,
+    _flag("--autotune", env_names.AUTOTUNE, GROUP_TIMELINE,
           "tune fusion threshold and cycle time while training runs",
           default="0", switch_value="1"),
-    _flag("--autotune-log-file", "TF_RING_AUTOTUNE_LOG", GROUP_TIMELINE,
+    _flag("--autotune-log-file", env_names.AUTOTUNE_LOG, GROUP_TIMELINE,
           "write each autotune trial (settings and score) to PATH",
           default="none", metavar="PATH", type=str, to_env=_absolute_path),
-    _flag("--stall-check-time", "TF_RING_STALL_CHECK_TIME_SECONDS", GROUP_DIAGNOSTICS,
+    _flag("--stall-check-time", env_names.STALL_CHECK_TIME, GROUP_DIAGNOSTICS,
           "warn when some ranks have waited this many seconds for the others; 0 turns it off",
           default="60", metavar="SECONDS", type=non_negative_float),
-    _flag("--no-stall-check", "TF_RING_STALL_CHECK_TIME_SECONDS", GROUP_DIAGNOSTICS,
+    _flag("--no-stall-check", env_names.STALL_CHECK_TIME, GROUP_DIAGNOSTICS,
           "turn the stall warning off (same as --stall-check-time 0)",
           default="60", switch_value="0"),
-    _flag("--stall-shutdown-time", "TF_RING_STALL_SHUTDOWN_TIME_SECONDS", GROUP_DIAGNOSTICS,
+    _flag("--stall-shutdown-time", env_names.STALL_SHUTDOWN_TIME, GROUP_DIAGNOSTICS,
           "turn a stall this many seconds long into an error on every rank; 0 never does",
           default="0, never", metavar="SECONDS", type=non_negative_float),
-    _flag("--log-level", "TF_RING_LOG_LEVEL", GROUP_DIAGNOSTICS,
+    _flag("--log-level", env_names.LOG_LEVEL, GROUP_DIAGNOSTICS,
           "engine and Python log level", default="warning", metavar="{%s}" % ",".join(LOG_LEVELS),
           type=str.lower, choices=LOG_LEVELS),
 )
@@ -122,7 +124,7 @@ def add_to_parser(groups):
     # The two ways of setting the stall check must not contradict each other.
     stall = groups[GROUP_DIAGNOSTICS].add_mutually_exclusive_group()
     for flag in ENGINE_FLAGS:
-        group = stall if flag.env == "TF_RING_STALL_CHECK_TIME_SECONDS" else groups[flag.group]
+        group = stall if flag.env == env_names.STALL_CHECK_TIME else groups[flag.group]
         if flag.metavar is None:
             group.add_argument(flag.flag, dest=dest(flag), action="store_true",
                                help=help_text(flag))
@@ -131,11 +133,11 @@ def add_to_parser(groups):
                                choices=flag.choices, default=None, help=help_text(flag))
 
 
-def environment(args):
-    """{variable: text} for the engine flags given in `args` (parsed by the launcher)."""
+def environment(namespace):
+    """{variable: text} for the engine flags given in `namespace` (argparse's)."""
     env = {}
     for flag in ENGINE_FLAGS:
-        value = getattr(args, dest(flag), None)
+        value = getattr(namespace, dest(flag))
         if value is None or value is False:
             continue
         env[flag.env] = flag.switch_value if flag.metavar is None else flag.to_env(value)

@@ -4,7 +4,7 @@ Mirrors mpirun's default by-slot mapping: ranks fill the first host's slots,
 then the next host's; with more ranks than slots (oversubscription) the
 mapping wraps around the hosts again in the same order.
 """
-from tf_ring.run import host_names
+from tf_ring.plumbing import host_names
 
 
 def parse_hosts(hosts):

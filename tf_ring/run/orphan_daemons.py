@@ -7,11 +7,10 @@ forever. The agent that started the daemon can still reach the host, so the
 launcher uses it once more to stop what this job left there.
 """
 import shlex
-import socket
 import subprocess
 import time
 
-from tf_ring.run import host_names
+from tf_ring.plumbing import host_agent
 
 # Each agent gets this long; a host that cannot be reached at all is left alone.
 AGENT_TIMEOUT_S = 5.0
@@ -25,33 +24,17 @@ def daemon_pattern(mpirun_pid):
     return "prterun-.*-%s[%s]@" % (digits[:-1], digits[-1])
 
 
-def agent_argv(host, remote_command, rsh_agent=None, ssh_port=None):
-    """How to run `remote_command` on `host` the way mpirun reached it."""
-    if rsh_agent:
-        agent = shlex.split(rsh_agent)
-    else:  # never wait for a password nobody types
-        agent = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % AGENT_TIMEOUT_S]
-        if ssh_port is not None:
-            agent += ["-p", str(ssh_port)]
-    return agent + host_names.end_of_options(agent) + [host, remote_command]
-
-
-def _is_this_machine(host):
-    return host in ("localhost", "127.0.0.1", socket.gethostname(),
-                    socket.gethostname().split(".")[0])
-
-
 def stop_orphaned_daemons(hosts, mpirun_pid, rsh_agent=None, ssh_port=None,
                           timeout=AGENT_TIMEOUT_S):
     """Kills this job's daemons on `hosts`, all in parallel, within `timeout`."""
     remote = "pkill -KILL -f %s" % shlex.quote(daemon_pattern(mpirun_pid))
     agents = []
     for host in hosts:
-        if _is_this_machine(host):
+        if host_agent.is_this_machine(host):
             continue  # mpirun started no agent here
         try:
             agents.append(subprocess.Popen(
-                agent_argv(host, remote, rsh_agent, ssh_port), stdin=subprocess.DEVNULL,
+                host_agent.agent_argv(host, remote, rsh_agent, ssh_port, AGENT_TIMEOUT_S), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         except OSError:
             pass  # no agent to run: nothing more the launcher can do there

@@ -11,7 +11,7 @@ machines, so the more a machine's /tmp gathers, the likelier a start fails:
 with 576 leftovers here, 5 of 300 tfringrun jobs on three simulated hosts
 hit one on the shared default base, none of 300 on a base of their own;
 with copies of a leftover planted at the next pids, every plain mpirun
-start fails (docs/launching.md, tests/test_session_dirs.py).
+start fails (docs/launching.md, tests/unit/test_session_dirs.py).
 
 So each job's daemons keep their directories under /tmp/tfringrun-<token>,
 which no other job's leftovers can share. /tmp rather than $TMPDIR: the
@@ -30,7 +30,7 @@ import shlex
 import shutil
 import sys
 
-from tf_ring.run import private_dirs
+from tf_ring.plumbing import private_dirs
 
 _PARAM = "prte_tmpdir_base"
 _PREFIX = "/tmp/tfringrun-"

@@ -7,8 +7,9 @@ service starts Open MPI's daemon for the host's ranks meanwhile. A failed
 job fails the task with the job's error, so the Spark job fails too."""
 import socket
 
-from tf_ring.elastic.control_wire import ChannelError
 from tf_ring.hosted import frames, job, task_service
+from tf_ring.plumbing import endpoints
+from tf_ring.plumbing.sealed_frames import ChannelError
 from tf_ring.spark import hosts_table
 
 
@@ -23,8 +24,8 @@ def make_body(secret, driver_targets, nics):
         service = task_service.TaskService(secret, bind)
         try:
             gathered = context.allGather(hosts_table.entry(
-                index, host, frames.format_targets(addresses, service.port)))
-            channel = frames.connect(frames.parse_targets(driver_targets), secret)
+                index, host, service.endpoint(addresses)))
+            channel = frames.connect(driver_targets, secret, frames.FUNCTION)
             _register_until_the_verdict(channel, {
                 "op": "task", "index": index,
                 "table": hosts_table.parse(gathered) if index == 0 else None})
@@ -37,8 +38,8 @@ def make_body(secret, driver_targets, nics):
 def make_elastic_body(secret, driver_targets, nics):
     """run_elastic's tasks: no barrier (Spark retries a lost task alone, on
     any executor with a free slot, and a task that starts late adds its host
-    to the job). Each registers its service's port; the driver takes the
-    address the task connected from as its host's. A task that finds the
+    to the job). Each registers its service's port and id; the driver takes
+    the address the task connected from as its host's. A task that finds the
     driver gone (the job ended before it started) just returns."""
     def body(_partition):
         from pyspark import TaskContext
@@ -48,11 +49,12 @@ def make_elastic_body(secret, driver_targets, nics):
                                            else "0.0.0.0")
         try:
             try:
-                channel = frames.connect(frames.parse_targets(driver_targets), secret)
+                channel = frames.connect(driver_targets, secret, frames.FUNCTION)
             except (ChannelError, OSError):
                 return
-            _register_until_the_verdict(channel, {"op": "elastic_task", "index": index,
-                                                  "port": service.port})
+            _register_until_the_verdict(channel, {
+                "op": "elastic_task", "index": index, "port": service.port,
+                "service_id": service.service_id, "host_key": endpoints.host_key()})
         finally:
             service.close()
         yield index
@@ -71,7 +73,9 @@ def _register_until_the_verdict(channel, registration):
 
 def _service_addresses(executor_host, nics):
     """Where the driver's agent tries to reach this task: the job's network
-    with `nics`, else the address Spark knows the executor by first."""
+    with `nics`, else the address Spark knows the executor by first. A
+    host-local address (a host name that resolves to 127.x, as many
+    /etc/hosts have it) only when there is nothing else."""
     if nics:
         chosen = job.machine_addresses(nics)
         if chosen:
@@ -80,4 +84,4 @@ def _service_addresses(executor_host, nics):
         first = socket.gethostbyname(executor_host)
     except OSError:
         first = executor_host
-    return [first] + [a for a in job.machine_addresses() if a != first]
+    return endpoints.published([first] + job.machine_addresses())

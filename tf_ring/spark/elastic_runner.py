@@ -6,6 +6,7 @@ import secrets
 import sys
 
 from tf_ring.hosted import job
+from tf_ring.plumbing.job_settings import ElasticSettings
 from tf_ring.spark import barrier_task, live_tasks
 from tf_ring.spark.runner import Stage
 
@@ -43,11 +44,12 @@ def run_elastic(fn, args, kwargs, num_proc, min_num_proc, max_num_proc, start_ti
             if verbose:
                 print("%s: %d task slots registered; starting tfringrun's elastic driver"
                       % (WHO, tasks.slots()), file=stderr or sys.stderr, flush=True)
+            elastic = ElasticSettings(min_np=min_np, max_np=max_np,
+                                      discovery_script=directory.discovery,
+                                      elastic_timeout=float(elastic_timeout),
+                                      reset_limit=reset_limit)
             argv = job.launcher_argv(num_proc, None, directory.agent, start_timeout, nics, verbose,
-                                     (env or {}).keys(), elastic={
-                                         "discovery": directory.discovery, "min_np": min_np,
-                                         "max_np": max_np, "elastic_timeout": elastic_timeout,
-                                         "reset_limit": reset_limit})
+                                     (env or {}).keys(), elastic=elastic)
             rc = job.run_launcher(argv, secret, targets, env, stdout, stderr)
         finally:
             service.close()

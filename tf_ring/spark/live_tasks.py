@@ -9,6 +9,7 @@ import threading
 import time
 
 from tf_ring.hosted import job
+from tf_ring.plumbing import endpoints
 
 POLL_S = 0.5
 
@@ -26,11 +27,13 @@ class LiveTasks:
             return len(self._tasks)
 
     def handle(self, channel, request):
-        port = request.get("port")
+        port, service_id, key = (request.get(k) for k in ("port", "service_id", "host_key"))
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             raise ValueError("a task registered no valid port")
+        if not all(isinstance(v, str) and v.isalnum() and len(v) <= 64 for v in (service_id, key)):
+            raise ValueError("a task registered no valid service id and host key")
         host = channel.sock.getpeername()[0]
-        task = (host, "%s:%d" % (host, port))
+        task = (host, endpoints.format_endpoint(service_id, [host], port, key))
         with self._changed:
             self._tasks.append(task)
             self._publish()

@@ -10,6 +10,7 @@ import uuid
 from tf_ring.spark.keras import columns as cols
 from tf_ring.spark.keras import remote
 from tf_ring.spark.keras import spec as specs
+from tf_ring.spark.keras import store as stores
 from tf_ring.spark.keras.model import KerasModel
 
 
@@ -21,13 +22,16 @@ class KerasEstimator:
     directory the driver and every executor see under this name, e.g. a
     shared filesystem), callbacks (Keras callbacks, run on every rank),
     shuffle, random_seed, verbose, custom_objects, run_id (the directory
-    under store; default a fresh one). start_timeout, env and nics go to
+    under store; default a fresh one), store_mode ("private", the default:
+    the run directory 0700 and its files 0600; "group": 2770 and 0660, for
+    a store a group shares). start_timeout, env and nics go to
     tf_ring.spark.run."""
 
     def __init__(self, num_proc=None, model=None, optimizer=None, loss=None, metrics=None,
                  feature_cols=None, label_cols=None, batch_size=32, epochs=1, validation=None,
                  store=None, callbacks=None, shuffle=True, random_seed=0, verbose=1,
-                 custom_objects=None, run_id=None, start_timeout=600, env=None, nics=None):
+                 custom_objects=None, run_id=None, start_timeout=600, env=None, nics=None,
+                 store_mode="private"):
         for name, value in (("model", model), ("optimizer", optimizer), ("loss", loss),
                             ("store", store)):
             if value is None:
@@ -47,6 +51,7 @@ class KerasEstimator:
         self.num_proc, self.batch_size, self.epochs = num_proc, int(batch_size), int(epochs)
         self.feature_cols, self.label_cols = list(feature_cols), list(label_cols)
         self.validation, self.store, self.run_id = validation, store, run_id
+        self.store_mode = stores.check_mode(store_mode)
         self.callbacks, self.shuffle, self.random_seed = list(callbacks or []), shuffle, random_seed
         self.verbose, self.start_timeout, self.env, self.nics = verbose, start_timeout, env, nics
         self._model = specs.model_spec(model, custom_objects)
@@ -60,9 +65,11 @@ class KerasEstimator:
         cols.check_present(df, self.label_cols, "label column(s)")
         num_proc = self.num_proc or df.sparkSession.sparkContext.defaultParallelism
         run_dir = os.path.join(self.store, self.run_id or "tf_ring-fit-" + uuid.uuid4().hex[:12])
+        stores.make_run_dir(run_dir, self.store_mode)
         train, val = self._split(df)
         train_rows = _write(train, os.path.join(run_dir, "train"), num_proc)
         val_rows = _write(val, os.path.join(run_dir, "val"), num_proc) if val is not None else None
+        stores.settle_modes(run_dir, self.store_mode)
         check_row_counts(train_rows, val_rows, num_proc, self.validation)
         per_step = self.batch_size * num_proc
         spec = {"model": self._model, "compile": self._compile,

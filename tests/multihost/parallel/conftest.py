@@ -1,3 +1,0 @@
-# The parallel tests' engine fixture and fail-fast hook (tests/parallel/conftest.py),
-# for the files here, which run only under simulated hosts.
-from parallel.conftest import pytest_runtest_logreport, tf_ring_session  # noqa: F401

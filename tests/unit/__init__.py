@@ -1,0 +1,1 @@
+"""Quick tier: in-process tests, no launcher, no job (python -m pytest -q tests/unit)."""

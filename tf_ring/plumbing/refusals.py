@@ -1,0 +1,30 @@
+"""A service's count of the connections it refused, each logged (at most a
+few lines a minute: a flood must not flood the log too)."""
+import logging
+import threading
+import time
+
+LOGGER = logging.getLogger("tf_ring.channels")
+_FIRST_LOGGED = 5  # then one line per LOG_EVERY_S with the count
+LOG_EVERY_S = 10.0
+
+
+class Refusals:
+    def __init__(self, service):
+        self.service, self.count = service, 0
+        self._lock = threading.Lock()
+        self._logged_at = None
+
+    def add(self, peer, why):
+        """Counts a refused connection from `peer` ((host, port) or None)."""
+        with self._lock:
+            self.count += 1
+            now = time.monotonic()
+            if self.count > _FIRST_LOGGED and self._logged_at is not None \
+                    and now - self._logged_at < LOG_EVERY_S:
+                return
+            self._logged_at = now
+            count = self.count
+        LOGGER.warning("tf_ring %s service: refused a connection from %s: %s (%d refused so far)",
+                       self.service, "%s:%s" % tuple(peer[:2]) if peer else "an unknown peer",
+                       why, count)
