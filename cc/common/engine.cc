@@ -120,13 +120,14 @@ Status Engine::Init(const void* mpi_comm) {
   if (!s.ok()) return s;
   impl->cache_capacity = settings.cache_capacity;
   impl->stall_check_seconds = settings.stall_check_seconds;
-  impl->controller = std::make_unique<Controller>(
-      &impl->mpi, impl->cache_capacity,
-      StallConfig{impl->stall_check_seconds, settings.stall_shutdown_seconds});
   impl->fusion_threshold = settings.fusion_threshold;
   impl->set_options.cache_capacity = impl->cache_capacity;
+  // Unless set by the user, the cache grows up to 4x when the names do not fit.
+  impl->set_options.cache_limit = settings.cache_capacity_set ? 0 : 4 * impl->cache_capacity;
   impl->set_options.stall_check_seconds = impl->stall_check_seconds;
   impl->set_options.stall_shutdown_seconds = settings.stall_shutdown_seconds;
+  impl->set_options.crossed_wait_seconds = settings.crossed_wait_seconds;
+  impl->controller = impl->set_options.MakeController(&impl->mpi);
   if (settings.shm) {
     impl->set_options.shm_single_copy = settings.shm_single_copy;
     const bool chunk_set = settings.shm_chunk_bytes >= 0;

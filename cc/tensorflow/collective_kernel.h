@@ -35,6 +35,7 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
     const ::tensorflow::Tensor& input = ctx->input(0);
     request.op = op;
     request.name = NameInLoop(tensor_name_, ctx);
+    request.in_loop = InLoop(ctx);
     ToEngineDtype(input.dtype(), &request.dtype);
     for (int d = 0; d < input.dims(); ++d) request.shape.push_back(input.dim_size(d));
     std::optional<EagerCompletion> inline_wait;

@@ -71,6 +71,7 @@ class GroupedKernel : public CollectiveKernel {
       Request req;
       req.op = kOp;
       req.name = name;
+      req.in_loop = InLoop(ctx);
       req.reduce_op = reduce_op_;
       req.prescale = prescale_;
       req.postscale = postscale_;

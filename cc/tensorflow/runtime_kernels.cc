@@ -59,6 +59,7 @@ class BarrierKernel : public tf::AsyncOpKernel {
     Request req;
     req.op = OpType::kBarrier;
     req.name = NameInLoop(tensor_name_, ctx);
+    req.in_loop = InLoop(ctx);
     req.dtype = DataType::kUint8;
     req.shape = {0};
     TensorEntry entry;

@@ -2,8 +2,9 @@
 // coordinator's readiness and agreement checks, float16/bfloat16
 // conversion, when collectives go hierarchical, the agreement on process
 // set changes, the engine settings every rank takes from rank 0, and the
-// collectives' 64-bit counts. Built with g++ alone (no TensorFlow, no MPI)
-// by tests/builds/test_engine_unit.py, which also proves the engine needs neither.
+// collectives' 64-bit counts. Ranks out of step: out_of_step_unit_test.cc.
+// Built with g++ alone (no TensorFlow, no MPI) by
+// tests/builds/test_engine_unit.py, which also proves the engine needs neither.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,23 +19,9 @@
 #include "common/transport/hierarchical_choice.h"
 #include "common/base/message.h"
 #include "common/process_sets/process_set_change.h"
+#include "unit_check.h"
 
 using namespace tf_ring;
-
-static int g_failures = 0;
-static int g_checks = 0;
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    ++g_checks;                                                          \
-    if (!(cond)) {                                                       \
-      ++g_failures;                                                      \
-      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-    }                                                                    \
-  } while (0)
-
-static bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 static Request MakeRequest(int rank, const std::string& name, std::vector<int64_t> shape) {
   Request r;
@@ -59,6 +46,7 @@ static void TestRequestRoundTrip() {
   r.static_shape = true;
   r.local_error = "refused here";
   r.blocks = true;
+  r.in_loop = true;
   list.requests.push_back(r);
   list.requests.push_back(MakeRequest(3, "", {}));  // empty name, scalar
 
@@ -73,9 +61,9 @@ static void TestRequestRoundTrip() {
   CHECK(b.dtype == DataType::kBFloat16 && b.root_rank == 2);
   CHECK(b.prescale == 0.25 && b.postscale == 3.5 && b.splits == r.splits);
   CHECK(b.waited_us == 1234567 && b.static_shape);
-  CHECK(b.local_error == "refused here" && b.blocks);
+  CHECK(b.local_error == "refused here" && b.blocks && b.in_loop);
   CHECK(!back.requests[1].static_shape);
-  CHECK(back.requests[1].local_error.empty() && !back.requests[1].blocks);
+  CHECK(back.requests[1].local_error.empty() && !back.requests[1].blocks && !back.requests[1].in_loop);
   CHECK(back.requests[1].name.empty() && back.requests[1].shape.empty());
 
   // Every truncation of a valid message must be rejected, never over-read.
@@ -102,6 +90,8 @@ static void TestResponseRoundTrip() {
   Response e;
   e.names = {"bad"};
   e.error = "shape differs";
+  e.only_ranks = {1, 2};
+  e.uncached = true;
   list.responses = {a, e};
   list.shutdown_ranks = {2, 0};
   std::vector<char> bytes = list.Serialize();
@@ -112,6 +102,9 @@ static void TestResponseRoundTrip() {
   CHECK(back.responses[0].names == a.names && back.responses[0].sizes == a.sizes);
   CHECK(back.responses[0].op == OpType::kAllgather && !back.responses[0].is_error());
   CHECK(back.responses[1].is_error() && back.responses[1].error == "shape differs");
+  CHECK((back.responses[1].only_ranks == std::vector<int32_t>{1, 2}) && back.responses[1].uncached);
+  CHECK(back.responses[1].applies_to(2) && !back.responses[1].applies_to(0));
+  CHECK(back.responses[0].applies_to(0) && !back.responses[0].uncached);
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     ResponseList partial;
     CHECK(!ResponseList::Parse(bytes.data(), cut, &partial));
@@ -245,58 +238,6 @@ static void TestCoordinatorDuplicateAndStall() {
   c.Add(late, t0);
   auto from_submission = c.Stalled(std::chrono::seconds(5), t0 + std::chrono::seconds(2));
   CHECK(from_submission.size() == 1 && from_submission[0].waited_seconds >= 5.9);
-}
-
-// A rank's local failure report fails what still waits 2 s after it.
-static void TestCoordinatorFailureReport() {
-  Coordinator c(3);
-  auto t0 = Coordinator::Clock::now();
-  auto ms = [](int n) { return std::chrono::milliseconds(n); };
-  c.Add(MakeRequest(1, "waits", {1}), t0);
-  c.Add(MakeRequest(0, "mine", {1}), t0);
-  Request report = MakeRequest(0, "dup", {1});
-  report.local_error = "already in flight";
-  c.Add(report, t0);
-  c.Add(MakeRequest(2, "in.grace", {1}), t0 + ms(500));
-  CHECK(c.TakeReady().empty());
-  CHECK(c.TakeFailedByReports(t0 + ms(1000)).empty());  // within the grace
-  // Ready within the grace: runs as usual.
-  for (int r : {0, 1, 2}) c.Add(MakeRequest(r, "carried.on", {1}), t0 + ms(1500));
-  CHECK(c.TakeReady().size() == 1);
-  c.Add(MakeRequest(1, "after", {1}), t0 + ms(2500));  // new work after the grace
-  std::vector<Response> failed = c.TakeFailedByReports(t0 + ms(2500));
-  CHECK(failed.size() == 3);
-  for (const auto& r : failed) {
-    CHECK(r.names[0] != "after");
-    CHECK(Contains(r.error, "rank 0 failed allreduce of tensor 'dup' (already in flight)"));
-  }
-  CHECK(c.TakeFailedByReports(t0 + ms(5000)).empty());  // applied once
-  CHECK(!c.empty());  // "after" still waits for its ranks
-}
-
-// Blocking calls (XLA) that cross: rank 0 waits in "a", rank 1 in "b".
-static void TestCoordinatorCrossedWaits() {
-  Coordinator c(2);
-  auto t0 = Coordinator::Clock::now();
-  Request a = MakeRequest(0, "a", {1});
-  Request b = MakeRequest(1, "b", {1});
-  a.blocks = b.blocks = true;
-  c.Add(a, t0);
-  c.Add(b, t0);
-  CHECK(c.TakeCrossedWaits(std::chrono::seconds(1), t0 + std::chrono::milliseconds(500)).empty());
-  std::vector<Response> failed = c.TakeCrossedWaits(std::chrono::seconds(1), t0 + std::chrono::seconds(2));
-  CHECK(failed.size() == 2 && c.empty());
-  for (const auto& r : failed) {
-    CHECK(Contains(r.error, "different orders") && Contains(r.error, "'a'") && Contains(r.error, "'b'"));
-  }
-  // One rank merely late (not crossed): no error.
-  c.Add(a, t0);
-  CHECK(c.TakeCrossedWaits(std::chrono::seconds(1), t0 + std::chrono::seconds(2)).empty());
-  // Not blocking calls (outside XLA): other threads may still submit; no error.
-  Request a1 = MakeRequest(1, "x", {1}), b0 = MakeRequest(0, "y", {1});
-  c.Add(a1, t0);
-  c.Add(b0, t0);
-  CHECK(c.TakeCrossedWaits(std::chrono::seconds(1), t0 + std::chrono::seconds(2)).empty());
 }
 
 static Request JoinRequest(int rank) {
@@ -670,14 +611,11 @@ int main() {
   TestCoordinatorStaticFirstDim();
   TestCoordinatorDuplicateAndStall();
   TestCoordinatorJoin();
-  TestCoordinatorFailureReport();
-  TestCoordinatorCrossedWaits();
   TestHalfConversions();
   TestHierarchicalChoice();
   TestProcessSetChangeAgreement();
   TestAgreedSettings();
   TestCountArithmetic();
   TestCoordinatorCountAndGpuChecks();
-  std::printf("%d checks, %d failed\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return Summary();
 }

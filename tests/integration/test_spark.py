@@ -77,10 +77,13 @@ def test_a_failing_rank_fails_the_call_and_the_spark_job(local_cluster_runs):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_keras_estimator_fits_and_transforms_a_dataframe(local_cluster_runs, ranks):
     """KerasEstimator.fit on the digits DataFrame (pixels as an ML vector,
-    validation rows flagged by a column): each rank read its own Parquet
-    file, together every training row once, within a row of each other; the
-    ranks ended with equal weights (fit raises otherwise); the model learnt;
-    transform's predictions, made in Spark tasks, are the driver's own."""
+    validation rows flagged by a column) with a model holding a
+    BatchNormalization layer: each rank read its own Parquet file, together
+    every training row once, within a row of each other; the ranks ended
+    with equal trainable weights (fit raises otherwise; the moving
+    statistics are each rank's own); the model learnt; transform's
+    predictions, made in Spark tasks, are the driver's own (rank 0's model,
+    its moving statistics included)."""
     runs, _ = local_cluster_runs
     run = [r for r in runs["estimator"] if r["num_proc"] == ranks][0]
     rows = run["rows_per_rank"]
@@ -94,3 +97,17 @@ def test_keras_estimator_fits_and_transforms_a_dataframe(local_cluster_runs, ran
     assert run["transform_max_difference"] < 1e-5, run
     # The training data is the user's: a private run directory, private files.
     assert run["store_modes"] == {"run dir": ["700"], "dirs": ["700"], "files": ["600"]}, run
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_too_few_validation_rows_are_refused_saying_so(local_cluster_runs, ranks):
+    """Issue 49: a validation column true on fewer rows than ranks (here
+    ranks - 1) left a rank's validation file empty, and every rank failed
+    blaming a column ("'features' has 0 values per row"). fit refuses it on
+    the driver, naming the column, the counts and the fix."""
+    runs, _ = local_cluster_runs
+    run = [r for r in runs["few_validation_rows"] if r["num_proc"] == ranks][0]
+    assert run["raised"] == (
+        "ValueError: KerasEstimator: validation='is_val' gives %d validation rows for %d ranks; "
+        "each rank needs at least one. Flag (or hold out) at least %d rows, or pass "
+        "validation=None" % (ranks - 1, ranks, ranks)), run

@@ -117,6 +117,9 @@ def main():
         started = time.time()
         print(json.dumps(dict(estimator_runs.run_estimator(spark, ranks, args.store),
                               seconds=time.time() - started)), flush=True)
+        started = time.time()
+        print(json.dumps(dict(estimator_runs.run_too_few_validation_rows(spark, ranks, args.store),
+                              seconds=time.time() - started)), flush=True)
     spark.stop()
 
 

@@ -4,7 +4,8 @@ in the driver's session): scikit-learn's bundled digits as a DataFrame
 held out for validation by a column; a separate test set), fit on N ranks,
 then transform. Returns what the test checks, computed here independently
 of the estimator: the rows it should have read, and the trained model's
-predictions made on the driver."""
+predictions made on the driver. The model has a BatchNormalization layer.
+Also a fit whose validation column is true on fewer rows than ranks."""
 import os
 import stat
 
@@ -32,6 +33,9 @@ def model():
     return keras.Sequential([
         keras.Input((8, 8, 1)),  # the 64 pixels come as one array column: reshaped per row
         keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+        # Its moving statistics stay each rank's own; fit compares the
+        # trainable weights (before issue 49 it failed on any such model).
+        keras.layers.BatchNormalization(),
         keras.layers.Flatten(),
         keras.layers.Dense(10, activation="softmax"),
     ])
@@ -76,3 +80,27 @@ def store_modes(run_dir):
             found[kind].update("%o" % stat.S_IMODE(os.lstat(os.path.join(folder, n)).st_mode)
                                for n in names)
     return {k: sorted(v) for k, v in found.items()}
+
+
+
+def run_too_few_validation_rows(spark, ranks, store):
+    """fit with the validation column true on ranks - 1 rows: before issue
+    49 a rank's validation file came out empty and every rank failed with
+    "column 'features' has 0 values per row". Returns what fit raised."""
+    import keras
+    from pyspark.sql import functions as F
+    from tf_ring.spark.keras import KerasEstimator
+    fit_df, _, fit_rows, _ = digits_frames(spark)
+    few = fit_df.withColumn("is_val", F.col("id").isin([r[0] for r in fit_rows[:ranks - 1]]))
+    estimator = KerasEstimator(num_proc=ranks, model=model(),
+                               optimizer=keras.optimizers.Adam(0.01),
+                               loss="sparse_categorical_crossentropy",
+                               feature_cols=["features"], label_cols=["label"],
+                               validation="is_val", batch_size=16, epochs=1, store=store,
+                               verbose=0)
+    try:
+        estimator.fit(few)
+        raised = None
+    except Exception as e:  # noqa: BLE001 (the test reads its type and text)
+        raised = "%s: %s" % (type(e).__name__, e)
+    return {"run": "few_validation_rows", "num_proc": ranks, "raised": raised}

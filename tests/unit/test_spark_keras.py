@@ -41,6 +41,26 @@ def test_a_model_and_its_compile_arguments_survive_the_trip():
         specs.weights_digest(small_model().get_weights()[::-1])
 
 
+def test_the_digest_covers_what_must_agree_not_moving_statistics():
+    """Issue 49: BatchNormalization's moving mean and variance are updated by
+    each rank from its own batches (as in Horovod), so two ranks' models
+    differ there after training while their trainable weights agree. The
+    estimator compares the trainable weights only."""
+    import keras
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4),
+                              keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+    other = specs.rebuild_model(specs.model_spec(model))
+    x = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
+    other(x, training=True)  # updates other's moving statistics only
+    assert specs.weights_digest(model.get_weights()) != specs.weights_digest(other.get_weights())
+    assert specs.weights_digest(specs.trainable_weights(model)) == \
+        specs.weights_digest(specs.trainable_weights(other))
+    other.layers[0].kernel.assign(other.layers[0].kernel + 1.0)
+    assert specs.weights_digest(specs.trainable_weights(model)) != \
+        specs.weights_digest(specs.trainable_weights(other))
+
+
 def write_parts(path, parts):
     """One Parquet file per part, named as Spark names them."""
     path.mkdir()
@@ -87,6 +107,30 @@ def test_bad_shards_say_what_is_wrong(tmp_path):
     with pytest.raises(ValueError, match=r"column 'pixels' has 3 values per row; the model's "
                                          r"input wants shape \(2, 2\)"):
         shards.shaped(np.zeros((4, 3)), (2, 2), "pixels", "input")
+
+
+def test_a_rank_with_no_validation_rows_is_told_so(tmp_path):
+    """Issue 49: a validation column true on fewer rows than ranks left a
+    rank's validation file empty, and every rank failed with "column
+    'pixels' has 0 values per row". The driver refuses such a split first,
+    as it refuses too few training rows, and a rank reading an empty share
+    says that it is empty."""
+    from tf_ring.spark.keras.estimator import check_row_counts
+    check_row_counts(10, 3, 3, "is_val")
+    check_row_counts(10, None, 3, None)
+    with pytest.raises(ValueError, match=r"validation='is_val' gives 1 validation rows for 3 "
+                                         r"ranks; each rank needs at least one"):
+        check_row_counts(10, 1, 3, "is_val")
+    with pytest.raises(ValueError, match="2 training rows for 3 ranks"):
+        check_row_counts(2, 3, 3, 0.5)
+    write_parts(tmp_path / "val", [([], []), ([4], [[1.0] * 4])])
+    files = shards.my_files(str(tmp_path / "val"), 0, 2)
+    read = shards.read_columns(files, ["pixels", "id"])
+    with pytest.raises(ValueError, match=r"rank 0's Parquet files under .*val hold no rows"):
+        shards.check_rows(read, ["pixels", "id"], str(tmp_path / "val"), 0)
+    assert shards.check_rows(shards.read_columns(shards.my_files(str(tmp_path / "val"), 1, 2),
+                                                 ["pixels", "id"]),
+                             ["pixels", "id"], str(tmp_path / "val"), 1) == 1
 
 
 def test_the_estimator_refuses_bad_arguments_naming_them():

@@ -6,7 +6,7 @@ namespace tf_ring {
 
 namespace {
 // Bumped whenever a field changes so that mixed builds fail loudly.
-constexpr uint32_t kWireVersion = 8;
+constexpr uint32_t kWireVersion = 9;
 
 void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int32_t>(r.rank);
@@ -23,7 +23,7 @@ void WriteRequest(const Request& r, ByteWriter* w) {
   w->Put<int32_t>(r.device);
   w->Put<uint8_t>(r.static_shape ? 1 : 0);
   w->PutString(r.local_error);
-  w->Put<uint8_t>(r.blocks ? 1 : 0);
+  w->Put<uint8_t>(static_cast<uint8_t>((r.blocks ? 1 : 0) | (r.in_loop ? 2 : 0)));
 }
 
 bool ReadRequest(ByteReader* rd, Request* r) {
@@ -41,7 +41,9 @@ bool ReadRequest(ByteReader* rd, Request* r) {
   r->device = rd->Get<int32_t>();
   r->static_shape = rd->Get<uint8_t>() != 0;
   r->local_error = rd->GetString();
-  r->blocks = rd->Get<uint8_t>() != 0;
+  const uint8_t flags = rd->Get<uint8_t>();
+  r->blocks = (flags & 1) != 0;
+  r->in_loop = (flags & 2) != 0;
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
       reduce_op > static_cast<uint8_t>(ReduceOp::kAdasum) || !IsValidDataType(dtype)) {
     return false;
@@ -65,7 +67,8 @@ void WriteResponse(const Response& r, ByteWriter* w) {
   w->PutVector(r.sizes);
   w->Put<int32_t>(r.contributors);
   w->PutVector(r.shapes);
-  w->Put<uint8_t>(r.gpu ? 1 : 0);
+  w->Put<uint8_t>(static_cast<uint8_t>((r.gpu ? 1 : 0) | (r.uncached ? 2 : 0)));
+  w->PutVector(r.only_ranks);
 }
 
 bool ReadResponse(ByteReader* rd, Response* r) {
@@ -81,7 +84,10 @@ bool ReadResponse(ByteReader* rd, Response* r) {
   r->sizes = rd->GetVector<int64_t>();
   r->contributors = rd->Get<int32_t>();
   r->shapes = rd->GetVector<int64_t>();
-  r->gpu = rd->Get<uint8_t>() != 0;
+  const uint8_t flags = rd->Get<uint8_t>();
+  r->gpu = (flags & 1) != 0;
+  r->uncached = (flags & 2) != 0;
+  r->only_ranks = rd->GetVector<int32_t>();
   if (op > static_cast<uint8_t>(OpType::kBarrier) ||
       reduce_op > static_cast<uint8_t>(ReduceOp::kAdasum) || !IsValidDataType(dtype)) {
     return false;
@@ -116,6 +122,14 @@ const char* ReduceOpName(ReduceOp op) {
     case ReduceOp::kAdasum: return "Adasum";
   }
   return "unknown";
+}
+
+bool Response::applies_to(int rank) const {
+  if (only_ranks.empty()) return true;
+  for (int32_t r : only_ranks) {
+    if (r == rank) return true;
+  }
+  return false;
 }
 
 int64_t Request::NumElements() const {

@@ -56,15 +56,18 @@ struct Request {
   // cache hit the other ranks left waiting), so stall times count from the
   // submission, not from when rank 0 first heard of it.
   int64_t waited_us = 0;
-  // Set when this rank failed the collective before it could run (its name
+  // Set when this rank refused the collective before it could run (its name
   // was already in flight here): a report, not a request. The coordinator
-  // fails every rank's collectives in flight with it, so ranks that were
-  // waiting for this one learn of the failure at once, not at a stall.
+  // fails the other ranks' matching run of it, which can never pair.
   std::string local_error;
   // Its caller's thread blocks until it is done (an XLA custom call): two
   // such waits that cross (each rank blocked in a tensor the other has not
-  // reached) can never finish, and the coordinator fails them at once.
+  // reached) can never finish, and the coordinator fails them.
   bool blocks = false;
+  // One iteration of a graph loop (the name ends in "/iter<i>@<frame>"):
+  // a rank that waits in it while another has gone elsewhere ran the loop
+  // a different number of times, and the coordinator fails both.
+  bool in_loop = false;
   // Local only (never sent): when the framework enqueued it, for the timeline.
   std::chrono::steady_clock::time_point enqueued_at;
 
@@ -101,6 +104,12 @@ struct Response {
   std::vector<int64_t> shapes;
   // The tensors live in GPU memory on every rank (NCCL moves them).
   bool gpu = false;
+  // An error for these ranks only (those that hold the tensor now, or one
+  // that submits a failed name later); empty: every rank holding it.
+  std::vector<int32_t> only_ranks;
+  // Never cached: a rank refused a run of this name, so its next run must
+  // reach the coordinator, which fails the matching one.
+  bool uncached = false;
 
   // Local only (never sent), for the timeline: how the ranks agreed on it,
   // and on rank 0 the ranks in arrival order and those it waited for.
@@ -109,6 +118,8 @@ struct Response {
   std::vector<int> waited_for;
 
   bool is_error() const { return !error.empty(); }
+  // False when the response is an error meant for other ranks only.
+  bool applies_to(int rank) const;
   // Ranks disagreeing about a tensor (as opposed to one rank's bad argument):
   // adapters raise it as a failed precondition, as Horovod does.
   bool is_mismatch() const { return error.find(kMismatchPhrase) != std::string::npos; }

@@ -31,7 +31,8 @@ struct Setting {
 enum Index {
   kFusionThreshold, kCycleTime, kCacheCapacity, kShm, kShmChunkBytes, kHierarchical,
   kStallCheck, kStallShutdown, kAutotune, kAutotuneLog, kAutotuneWarmup, kAutotuneSamples,
-  kAutotuneCycles, kTimeline, kTimelineMarkCycles, kDynamicProcessSets, kShmSingleCopy, kCount
+  kAutotuneCycles, kTimeline, kTimelineMarkCycles, kDynamicProcessSets, kShmSingleCopy,
+  kCrossedWait, kCount
 };
 
 const Setting kSettings[] = {
@@ -52,6 +53,7 @@ const Setting kSettings[] = {
     {"TF_RING_TIMELINE_MARK_CYCLES", Kind::kFlag, 0, "0"},
     {"TF_RING_DYNAMIC_PROCESS_SETS", Kind::kSwitch, 0, "0"},
     {"TF_RING_SHM_SINGLE_COPY", Kind::kAutoSwitch, 0, "auto"},
+    {"TF_RING_CROSSED_WAIT_SECONDS", Kind::kNumber, 5, "5"},
 };
 static_assert(sizeof(kSettings) / sizeof(kSettings[0]) == kCount, "one entry per Index");
 
@@ -153,6 +155,7 @@ Status ParseSettings(const SettingTexts& texts, EngineSettings* out) {
   s.fusion_threshold = static_cast<int64_t>(number(kFusionThreshold));
   s.cycle_time_us = static_cast<int64_t>(number(kCycleTime) * 1000.0);
   s.cache_capacity = static_cast<size_t>(number(kCacheCapacity));
+  s.cache_capacity_set = texts[kCacheCapacity].set;
   s.shm = on(kShm);
   s.shm_chunk_bytes = number(kShmChunkBytes);
   const std::string single_copy = Meaning(kSettings[kShmSingleCopy], texts[kShmSingleCopy]);
@@ -164,6 +167,7 @@ Status ParseSettings(const SettingTexts& texts, EngineSettings* out) {
   if (!st.ok()) return st;
   s.stall_check_seconds = number(kStallCheck);
   s.stall_shutdown_seconds = number(kStallShutdown);
+  s.crossed_wait_seconds = number(kCrossedWait);
   s.autotune = on(kAutotune);
   s.autotune_config.log_path = texts[kAutotuneLog].value;
   s.autotune_config.warmup_samples = whole(kAutotuneWarmup);

@@ -49,6 +49,7 @@ struct EngineSettings {
   int64_t fusion_threshold = 64 << 20;  // bytes
   int64_t cycle_time_us = 0;
   size_t cache_capacity = 1024;
+  bool cache_capacity_set = false;  // the user chose it: the cache never grows
   bool shm = true;
   double shm_chunk_bytes = -1;  // < 0: the default of the path chosen
   // When to read peers' tensors directly (process_vm_readv) instead of staging.
@@ -56,6 +57,9 @@ struct EngineSettings {
   HierarchicalMode hierarchical = HierarchicalMode::kAuto;
   double stall_check_seconds = 60;
   double stall_shutdown_seconds = 0;
+  // How long ranks may wait crosswise (each in a collective another has
+  // not reached, one of them blocking or in a loop) before both fail.
+  double crossed_wait_seconds = 5;
   bool autotune = false;
   AutotuneConfig autotune_config;  // used by rank 0 only
   std::string timeline_path;       // rank 0 writes it; empty: none

@@ -15,9 +15,6 @@ namespace {
 constexpr uint64_t kFlagHasUncached = 1;
 constexpr uint64_t kFlagShutdown = 2;
 constexpr std::chrono::milliseconds kStallPoll(500);
-// How long blocked calls must have crossed before they fail: long enough
-// that a slow rank still on its way is not taken for one that went elsewhere.
-constexpr std::chrono::milliseconds kCrossedAfter(1000);
 
 template <typename F>
 void ForEachBit(uint64_t word, size_t word_index, F fn) {
@@ -57,13 +54,17 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
     std::vector<ResponseCache::Lookup> lookups(waiting_.size());
     std::vector<uint32_t> bits(waiting_.size(), 0);
     for (size_t i = 0; i < waiting_.size(); ++i) {
-      // A failure report always goes to rank 0.
-      lookups[i] = waiting_[i].local_error.empty() ? cache_.Find(waiting_[i], &bits[i])
-                                                   : ResponseCache::Lookup::kMiss;
-      // A blocked XLA call goes to rank 0 soon, where crossed waits are found.
-      const auto demote = waiting_[i].blocks ? std::min<std::chrono::duration<double>>(demote_after_, kCrossedAfter)
-                                             : demote_after_;
-      if (lookups[i] == ResponseCache::Lookup::kHit && now - waiting_since_[i] > demote) {
+      if (!waiting_[i].local_error.empty()) {
+        // A refusal goes to rank 0, and its name leaves every rank's cache,
+        // so every run of it is matched there (the refused one's match fails).
+        if (cache_.Find(waiting_[i], &bits[i]) != ResponseCache::Lookup::kMiss) {
+          vec[words + bits[i] / 64] &= ~(1ULL << (bits[i] % 64));
+        }
+        lookups[i] = ResponseCache::Lookup::kMiss;
+      } else {
+        lookups[i] = cache_.Find(waiting_[i], &bits[i]);
+      }
+      if (lookups[i] == ResponseCache::Lookup::kHit && now - waiting_since_[i] > demote_after_) {
         lookups[i] = ResponseCache::Lookup::kInvalid;
       }
       const uint64_t mask = 1ULL << (bits[i] % 64);
@@ -170,18 +171,26 @@ Status Controller::RunCycle(std::vector<Request> new_requests, bool shutdown, Re
       resp.waited_for = std::move(facts->second.second);
       arrivals_.erase(facts);
     }
+    if (resp.is_error() || resp.uncached) {
+      // Every rank drops the name from its cache alike, so a rank that holds
+      // it as a cache hit, or submits it later, asks rank 0 (which may owe
+      // it this error) instead of waiting for the others' bits.
+      for (const std::string& name : resp.names) cache_.EraseName(name);
+    }
+    if (!resp.applies_to(mpi_->rank())) continue;  // another rank's error
     for (const std::string& name : resp.names) {
       auto it = negotiating_.find(name);
       if (it == negotiating_.end()) continue;
       // Joined-mode responses describe a moment, not a steady state: never cached.
-      if (!resp.is_error() && resp.names.size() == 1 && !resp.has_joined_ranks() &&
-          resp.op != OpType::kJoin) {
+      if (!resp.is_error() && !resp.uncached && resp.names.size() == 1 &&
+          !resp.has_joined_ranks() && resp.op != OpType::kJoin) {
         cache_.Put(resp, it->second);
       }
       negotiating_.erase(it);
     }
     out->responses.push_back(std::move(resp));
   }
+  if (cache_.thrashing()) AdaptCache();
   out->shutdown = agreed.shutdown;
   out->shutdown_reason = agreed.shutdown_reason;
   out->shutdown_ranks = agreed.shutdown_ranks;
@@ -266,9 +275,13 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
     }
   }
   out.responses = coordinator_.TakeReady();
-  // What still waits 2 s after a rank reported a failure fails on every rank.
-  for (Response& r : coordinator_.TakeFailedByReports(now)) out.responses.push_back(std::move(r));
-  for (Response& r : coordinator_.TakeCrossedWaits(kCrossedAfter, now)) out.responses.push_back(std::move(r));
+  // Failed names owed to ranks that submitted them late, and the runs a
+  // refusal leaves without a partner; then ranks that wait crosswise.
+  for (Response& r : coordinator_.TakeDecidedFailures()) out.responses.push_back(std::move(r));
+  if (stall_.crossed_seconds > 0) {
+    const std::chrono::duration<double> after(stall_.crossed_seconds);
+    for (Response& r : coordinator_.TakeCrossedWaits(after, now)) out.responses.push_back(std::move(r));
+  }
   for (const Response& resp : out.responses) {
     arrivals_[resp.names[0]] = std::make_pair(resp.arrived, resp.waited_for);
     // A stall that ended: a later stall of the same name warns afresh.
@@ -284,6 +297,30 @@ ResponseList Controller::Coordinate(const std::vector<RequestList>& all) {
   }
   InspectStalls(&out);
   return out;
+}
+
+void Controller::AdaptCache() {
+  const size_t capacity = cache_.capacity();
+  if (cache_limit_ > capacity) {
+    const size_t grown = std::min(cache_limit_, 2 * capacity);
+    cache_.Grow(grown);
+    if (mpi_->rank() == 0) {
+      Log(LogLevel::kInfo, scope_ + "the response cache grew from " + std::to_string(capacity) +
+                               " to " + std::to_string(grown) + " entries: collectives evicted "
+                               "from it came back (each iteration of a loop counts as a name). "
+                               "TF_RING_CACHE_CAPACITY sets its size (and stops it growing).");
+    }
+    return;
+  }
+  cache_.Grow(capacity);  // same size: only forgets the thrashing, so this runs once
+  if (cache_warned_ || mpi_->rank() != 0) return;
+  cache_warned_ = true;
+  Log(LogLevel::kWarning,
+      scope_ + "the response cache (" + std::to_string(capacity) + " entries) is smaller than "
+               "the collectives this job cycles through: collectives evicted from it came back, "
+               "so each negotiates through rank 0 again. Each iteration of a loop counts as a "
+               "name (a Keras steps_per_execution of K runs K names per gradient). Raise "
+               "TF_RING_CACHE_CAPACITY to at least the collectives of one call of the function.");
 }
 
 void Controller::InspectStalls(ResponseList* out) {

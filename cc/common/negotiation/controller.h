@@ -7,6 +7,7 @@
 #ifndef TF_RING_COMMON_CONTROLLER_H_
 #define TF_RING_COMMON_CONTROLLER_H_
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
@@ -22,6 +23,7 @@ namespace tf_ring {
 struct StallConfig {
   double check_seconds = 60;    // warn about tensors some ranks lack; 0: never
   double shutdown_seconds = 0;  // turn such a stall into an error; 0: never
+  double crossed_seconds = 5;   // fail crossed waits this old (see TakeCrossedWaits); 0: never
 };
 
 struct CycleCounts {
@@ -50,6 +52,9 @@ class Controller {
     proposal_settled_ = settled;
     has_proposal_ = true;
   }
+  // Lets the response cache grow, up to `limit` entries, when the job
+  // cycles through more names than it holds (0: never; it warns instead).
+  void LetCacheGrowTo(size_t limit) { cache_limit_ = limit; }
   // Where `shm` holds every rank of the communicator (one host), the
   // cache round goes through it instead of MPI. Same choice on every rank.
   void RoundOverSharedMemory(ShmSegment* shm) { shm_round_ = shm; }
@@ -66,23 +71,30 @@ class Controller {
   ResponseList Coordinate(const std::vector<RequestList>& all);
   // Rank 0: warns about (and, past the limit, fails) tensors some ranks lack.
   void InspectStalls(ResponseList* out);
+  // The cache thrashes: grow it (the same on every rank), or warn once.
+  void AdaptCache();
 
   const MpiContext* mpi_;
   ShmSegment* shm_round_ = nullptr;
   Coordinator coordinator_;
   ResponseCache cache_;
+  size_t cache_limit_ = 0;
+  bool cache_warned_ = false;
   StallConfig stall_;
   // A cache hit that other ranks leave waiting is demoted to a full request,
   // so rank 0's stall inspector can see who is missing it. The request says
   // how long it already waited, so demoting at half the inspector's shortest
   // period still warns on time, and a rank that merely lags costs no
-  // negotiation. Without an inspector, never.
+  // negotiation. By the crossed-wait time at the latest, so that ranks
+  // waiting crosswise are seen. Without either check, never.
   static std::chrono::duration<double> DemoteAfter(const StallConfig& stall) {
     double period = 0;
     for (double p : {stall.check_seconds, stall.shutdown_seconds}) {
       if (p > 0 && (period == 0 || p < period)) period = p;
     }
-    return std::chrono::duration<double>(period > 0 ? period / 2 : 1e9);
+    double after = period > 0 ? period / 2 : 1e9;
+    if (stall.crossed_seconds > 0) after = std::min(after, stall.crossed_seconds);
+    return std::chrono::duration<double>(after);
   }
   const std::chrono::duration<double> demote_after_;
   std::vector<Request> waiting_;  // cache hits not yet ready on every rank

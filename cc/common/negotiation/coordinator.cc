@@ -340,18 +340,14 @@ void Coordinator::Join(const Request& request) {
 void Coordinator::Add(const Request& request, Clock::time_point now) {
   if (request.rank < 0 || request.rank >= size_) return;
   if (!request.local_error.empty()) {
-    failures_.push_back({request.rank,
-                         "rank " + std::to_string(request.rank) + " failed " + OpTypeName(request.op) +
-                             " of tensor '" + request.name + "' (" + request.local_error +
-                             "); this collective was still waiting " +
-                             std::to_string(kFailureGrace.count() / 1000) + " s after that, so it fails too",
-                         now});
+    Refused(request);
     return;
   }
   if (request.op == OpType::kJoin) {
     Join(request);
     return;
   }
+  if (!failed_.empty() && DeliverIfOwed(request)) return;
   auto it = table_.find(request.name);
   if (it == table_.end()) {
     Pending p;
@@ -394,6 +390,7 @@ std::vector<Response> Coordinator::TakeReady() {
     for (size_t i = 0; i < p.arrival_order.size(); ++i) {
       if (p.arrived_at[i] > p.first_seen) resp.waited_for.push_back(p.arrival_order[i]);
     }
+    if (!failed_.empty()) AfterRun(name, &resp);
     out.push_back(std::move(resp));
     table_.erase(it);
   }
@@ -429,28 +426,6 @@ std::vector<StalledTensor> Coordinator::Stalled(std::chrono::duration<double> af
       }
     }
     out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<Response> Coordinator::FailPending(const std::vector<std::string>& names,
-                                               const std::string& reason) {
-  std::vector<Response> out;
-  for (const auto& name : names) {
-    auto it = table_.find(name);
-    if (it == table_.end()) continue;
-    Response resp;
-    for (int r = 0; r < size_; ++r) {
-      if (it->second.present[r]) {
-        resp.op = it->second.by_rank[r].op;
-        resp.dtype = it->second.by_rank[r].dtype;
-        break;
-      }
-    }
-    resp.names.push_back(name);
-    resp.error = reason;
-    out.push_back(std::move(resp));
-    table_.erase(it);
   }
   return out;
 }

@@ -43,23 +43,25 @@ class Coordinator {
                                      Clock::time_point now = Clock::now()) const;
 
   // Drops pending names and fails them with `reason` (used when a stall
-  // becomes an error). Returns one error response per dropped name.
+  // becomes an error). Returns one error response per dropped name, for
+  // the ranks that submitted it; a rank that submits it later gets the same
+  // error at once (see TakeDecidedFailures).
   std::vector<Response> FailPending(const std::vector<std::string>& names,
                                     const std::string& reason);
 
-  // A rank that reported a local failure (Request::local_error, recorded
-  // by Add) may have left its step: what the ranks still wait on
-  // kFailureGrace after the report (names pending by then) will likely never
-  // be ready, so each gets an error response naming the failure. Names that
-  // become ready in the grace (the failed rank carried on) run as usual.
-  std::vector<Response> TakeFailedByReports(Clock::time_point now = Clock::now());
-  static constexpr std::chrono::milliseconds kFailureGrace{2000};
+  // Errors decided while adding requests, for this cycle's response list:
+  // a rank that submitted a name which had failed before it came (it gets
+  // the same error, alone), and the runs a rank's refusal leaves without a
+  // partner (Request::local_error: the refused run's match on the others).
+  std::vector<Response> TakeDecidedFailures();
 
-  // Blocking calls (Request::blocks, XLA) that can never finish: rank(s) R
-  // wait in A, which S have not reached, while S wait in B, which R have not
-  // reached (a tf.cond whose predicate differs by rank, and whose branches
-  // run collectives in different orders). After `after`, error responses
-  // for both, naming the tensors and the ranks.
+  // Ranks waiting crosswise for longer than `after`: ranks R wait in A,
+  // which S did not reach, while S wait in B, which R did not reach, and A
+  // or B blocks its caller (XLA) or is an iteration of a graph loop. Such
+  // waits never finish (a tf.cond whose predicate differs by rank, a loop
+  // run a different number of times): error responses for every name in
+  // such a cross, naming the tensors and the ranks, and for what the same
+  // ranks submitted before and still wait in.
   std::vector<Response> TakeCrossedWaits(std::chrono::duration<double> after,
                                          Clock::time_point now = Clock::now());
 
@@ -84,14 +86,46 @@ class Coordinator {
   bool IsReady(const Pending& p) const;
   void Join(const Request& request);
 
-  struct Failure {
-    int rank;
-    std::string reason;
+  // A name that failed, or whose run a rank refused, kept (with its error)
+  // so that a rank that submits it later gets that error at once rather
+  // than waiting for ranks that are gone (coordinator_failures.cc).
+  struct FailedName {
+    std::string error;
+    OpType op = OpType::kAllreduce;
+    DataType dtype = DataType::kFloat32;
+    std::vector<bool> owed;      // ranks that get `error` when they submit the name
+    std::vector<bool> refusers;  // ranks that refused a run of it: their next run ends this
+    bool armed = true;           // false while a refuser's earlier run of it still waits
+  };
+  static constexpr size_t kFailedNamesKept = 1024;
+  // Ranks found out of step, and when: what they submitted before then and
+  // still wait in fails too (TakeCrossedWaits).
+  struct OutOfStep {
+    std::vector<bool> ranks;
     Clock::time_point at;
+    std::string why;
   };
 
+  // Drops one pending name; its error response goes to the ranks that
+  // submitted it. Missing ranks not `elsewhere` (waiting in another failed
+  // name) are owed the error when they submit it later.
+  Response FailOne(const std::string& name, const std::string& error,
+                   const std::vector<bool>& elsewhere);
+  // In Add: true when `request` was owed a failed name's error (now decided).
+  bool DeliverIfOwed(const Request& request);
+  void Refused(const Request& report);
+  void Remember(const std::string& name, FailedName failed);
+  void Forget(const std::string& name);
+  // A run of `name` finished (or failed): a refusal waiting for it applies
+  // from now on, and the response stays out of the cache.
+  void AfterRun(const std::string& name, Response* resp);
+  std::vector<Response> FailStragglers(std::chrono::duration<double> after, Clock::time_point now);
+
   int size_;
-  std::vector<Failure> failures_;
+  std::unordered_map<std::string, FailedName> failed_;
+  std::vector<std::string> failed_order_;  // oldest first, for kFailedNamesKept
+  std::vector<Response> decided_;
+  std::vector<OutOfStep> out_of_step_;
   std::unordered_map<std::string, Pending> table_;
   std::vector<std::string> ready_order_;
   std::vector<bool> joined_;

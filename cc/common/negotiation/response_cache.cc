@@ -34,7 +34,16 @@ void ResponseCache::Put(const Response& response, const Request& request) {
       }
       if (slots_[i].last_use < slots_[bit].last_use) bit = i;
     }
-    if (!found_free) by_name_.erase(slots_[bit].request.name);
+    if (!found_free) {
+      const std::string& gone = slots_[bit].request.name;
+      by_name_.erase(gone);
+      if (evicted_.insert(gone).second) evicted_order_.push_back(gone);
+      if (evicted_order_.size() > slots_.size()) {
+        evicted_.erase(evicted_order_.front());
+        evicted_order_.pop_front();
+      }
+    }
+    if (evicted_.erase(request.name)) ++returns_;
     by_name_[request.name] = bit;
   }
   Slot& slot = slots_[bit];
@@ -49,6 +58,18 @@ void ResponseCache::Erase(uint32_t bit) {
   if (!slot.used) return;
   by_name_.erase(slot.request.name);
   slot = Slot();
+}
+
+void ResponseCache::Grow(size_t capacity) {
+  if (capacity > slots_.size()) slots_.resize(capacity);
+  evicted_.clear();
+  evicted_order_.clear();
+  returns_ = 0;
+}
+
+void ResponseCache::EraseName(const std::string& name) {
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) Erase(it->second);
 }
 
 }  // namespace tf_ring

@@ -58,9 +58,7 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
       hierarchical_ = false;
     }
   }
-  controller_ = std::make_unique<Controller>(
-      &mpi_, options.cache_capacity,
-      StallConfig{options.stall_check_seconds, options.stall_shutdown_seconds});
+  controller_ = options.MakeController(&mpi_);
   controller_->DescribeRanksAs(ranks_, "process set " + Describe() + ": ");
   if (shm != nullptr && one_host) controller_->RoundOverSharedMemory(shm);
   timeline_ = options.timeline;  // shared with the global set; events carry the set's id
@@ -68,6 +66,13 @@ Status ProcessSet::Connect(MPI_Comm world, const ProcessSetOptions& options) {
                                                    options.timeline);
   operations_->set_process_set(id_);
   return Status::OK();
+}
+
+std::unique_ptr<Controller> ProcessSetOptions::MakeController(const MpiContext* mpi) const {
+  auto controller = std::make_unique<Controller>(
+      mpi, cache_capacity, StallConfig{stall_check_seconds, stall_shutdown_seconds, crossed_wait_seconds});
+  controller->LetCacheGrowTo(cache_limit);
+  return controller;
 }
 
 std::string ProcessSet::RunCycle(int64_t fusion_threshold) {

@@ -26,10 +26,12 @@ namespace tf_ring {
 // What every set of an engine is built with (the engine's own settings).
 struct ProcessSetOptions {
   size_t cache_capacity = 0;
+  size_t cache_limit = 0;  // see Controller::LetCacheGrowTo
   // The set's coordinator warns about tensors some members lack (0: never),
   // and past stall_shutdown_seconds (0: never) fails them and stops the engine.
   double stall_check_seconds = 0;
   double stall_shutdown_seconds = 0;
+  double crossed_wait_seconds = 0;  // see StallConfig::crossed_seconds
   // Shared-memory chunk per member, for sets whose members share one host
   // or go hierarchical (several members on each host, as many on every
   // host: TF_RING_HIERARCHICAL decides, as for the global set); 0: plain
@@ -44,6 +46,10 @@ struct ProcessSetOptions {
   SingleCopyMode shm_single_copy = SingleCopyMode::kNever;  // when large allreduces read peers' tensors directly
   // The engine's timeline (it records only where it was started, rank 0).
   Timeline* timeline = nullptr;
+
+  // A coordinator-and-cache for `mpi` with these settings (the global set's
+  // and every process set's alike).
+  std::unique_ptr<Controller> MakeController(const MpiContext* mpi) const;
 };
 
 class ProcessSet {

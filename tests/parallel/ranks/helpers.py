@@ -99,3 +99,27 @@ def every_rank_here():
     error."""
     from mpi4py import MPI  # imported late: tf_ring has initialised MPI by now
     MPI.COMM_WORLD.Barrier()
+
+
+def within(seconds, fn, what="the call"):
+    """fn()'s result (or its exception, raised here), run on a daemon thread
+    so a hang fails the test after `seconds` instead of holding the job
+    until the launcher's timeout (run_under_launcher then ends every rank)."""
+    import threading
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (re-raised on the caller's thread)
+            out["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise AssertionError("rank %d: %s still waits after %.0f s (a hang)"
+                             % (hvd.rank(), what, seconds))
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")

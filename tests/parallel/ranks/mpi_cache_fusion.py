@@ -216,3 +216,62 @@ def test_rank_0s_fusion_threshold_counts_on_every_rank():
     assert params["settings"]["TF_RING_FUSION_THRESHOLD"] is None  # rank 0 left it unset
     assert "TF_RING_CACHE_CAPACITY" in params["settings"]
     assert hvd.allgather_object(params, name="agreed_params") == [params] * hvd.size()
+
+
+LOOP_STEPS, LOOP_TENSORS = 48, 22  # 1,056 loop names per call: more than the default 1,024
+
+
+def loop_of_names():
+    """A tf.function whose loop grouped-allreduces 22 tensors 48 times, as
+    Keras's steps_per_execution=48 does with 22 gradients: each iteration's
+    collectives are names of their own. Returns it, its feed and the
+    expected result (each iteration: the ranks' mean, plus the iteration's
+    index, so after 48: the inputs' mean + 0 + 1 + ... + 47)."""
+    shapes = [(4 + i % 3,) for i in range(LOOP_TENSORS)]
+    inputs = [all_inputs(s, tf.float32, seed=70 + i) for i, s in enumerate(shapes)]
+    size = float(hvd.size())
+
+    @tf.function
+    def loop(ts):
+        for i in tf.range(LOOP_STEPS):
+            sums = hvd.grouped_allreduce(ts, op=hvd.Sum, name="loop_names")
+            ts = [s / size + tf.cast(i, tf.float32) for s in sums]
+        return ts
+
+    feed = [tf.constant(inp[hvd.rank()]) for inp in inputs]
+    added = sum(range(LOOP_STEPS))
+    return loop, feed, [np.mean(inp, axis=0) + added for inp in inputs]
+
+
+def run_loop_calls(calls):
+    """Warm-up calls, then `calls` checked ones: their stats() delta."""
+    loop, feed, want = loop_of_names()
+    for _ in range(3):
+        loop(feed)
+    before = hvd.stats()
+    for _ in range(calls):
+        for got, expected in zip(loop(feed), want):
+            np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5)
+    return delta(before, hvd.stats())
+
+
+def test_a_loop_with_more_names_than_the_cache_grows_it_until_they_hit():
+    """Issue 49: with the names of one call not fitting in the cache, each
+    was evicted just before it came back, so no call ever hit (every
+    iteration negotiated through rank 0). Left unset, the cache grows (the
+    same on every rank) and the calls after warm-up hit every time."""
+    d = run_loop_calls(2)
+    assert d["cache_hits"] == 2 * LOOP_STEPS * LOOP_TENSORS, d
+    assert d["cache_misses"] == 0, d
+
+
+def test_a_cache_size_set_by_hand_is_kept_and_rank_0_warns_once_naming_it(capfd):
+    """TF_RING_CACHE_CAPACITY set: the size is the user's, kept (the calls
+    miss, and stay right), and rank 0 says once which setting to raise."""
+    reinit(TF_RING_CACHE_CAPACITY=1024)
+    capfd.readouterr()
+    d = run_loop_calls(2)
+    assert d["cache_hits"] == 0 and d["cache_misses"] == 2 * LOOP_STEPS * LOOP_TENSORS, d
+    hvd.allreduce(tf.ones(1), name="cache_warning_flushed")  # rank 0's log written by now
+    warned = capfd.readouterr().err.count("Raise TF_RING_CACHE_CAPACITY")
+    assert warned == (1 if hvd.rank() == 0 else 0), warned

@@ -5,10 +5,14 @@ by default), so one collective op is in flight for several iterations at
 once; each iteration's run must get its own name, the same on every rank.
 Every rank computes the expected values itself with NumPy from all ranks'
 inputs (each rank's inputs come from a seed of its rank)."""
+import time
+
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tf_ring as hvd
+from helpers import within
 
 N = 12  # more iterations than parallel_iterations' default (10)
 
@@ -19,6 +23,9 @@ def data(rank, shape, seed=0):
 
 def every_rank(shape, seed=0):
     return [data(k, shape, seed) for k in range(hvd.size())]
+
+
+QUICK = 30.0  # seconds: a hang or an error that waits for a stall fails the test
 
 
 def test_autograph_for_in_tf_range():
@@ -156,3 +163,92 @@ def test_gradient_through_a_loop_with_a_collective_inside():
     # d loss / d w on rank k: size() * sum_i x_k[i]; the tape averages over ranks.
     want = sum(a.sum(axis=0) for a in every_rank((N, 3), seed=10))
     np.testing.assert_allclose(grad(tf.constant(x)).numpy(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_loop_reached_through_a_wrapper_on_one_rank_and_directly_on_another():
+    """Rank 0 calls `micro` through an outer tf.function (inlined into it),
+    the others call it directly; rank 0 also runs a tf.while_loop of its own
+    before (no collective in it). The program's collectives are the same on
+    every rank, so their names must be: the loop is named after the
+    collectives inside it, not after where TensorFlow inlined it."""
+    x = data(hvd.rank(), (4, 3), seed=11)
+
+    @tf.function
+    def micro(x):
+        if hvd.rank() == 0:  # traced on rank 0 only: shifts the loops' node names
+            x = tf.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v * 1.0), (0, x))[1]
+        total = tf.zeros(3)
+        for i in tf.range(4):
+            total += hvd.allreduce(x[i], op=hvd.Sum, name="wrapped.micro")
+        return total
+
+    @tf.function
+    def wrapper(x):
+        return micro(x) * 1.0
+
+    run = wrapper if hvd.rank() == 0 else micro
+    want = sum(a.sum(axis=0) for a in every_rank((4, 3), seed=11))
+    for _ in range(2):
+        got = within(QUICK, lambda: run(tf.constant(x)), "the wrapped loop")
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def fails_on_every_rank_quickly(fn, *phrases):
+    start = time.monotonic()
+    with pytest.raises(tf.errors.OpError) as failed:
+        within(QUICK, fn, "the out-of-step loop")
+    message = str(failed.value)
+    assert time.monotonic() - start < QUICK, time.monotonic() - start
+    for phrase in phrases:
+        assert phrase in message, message
+    return message
+
+
+def test_unequal_trip_counts_fail_every_rank_naming_the_loop():
+    """Rank 0 runs the loop 3 times, the others 2, then all go on to a
+    collective after the loop: rank 0 waits in the loop's third iteration,
+    which no other rank reaches, while they wait after the loop. Every rank
+    fails within seconds saying the ranks ran the loop a different number of
+    times (before: one stall warning after 60 s, then a hang)."""
+    x = data(hvd.rank(), (3,), seed=12)
+
+    @tf.function
+    def f(x, n):
+        acc = tf.zeros(3)
+        for _ in tf.range(n):
+            acc += hvd.allreduce(x, op=hvd.Sum, name="trips.in")
+        return hvd.allreduce(acc, op=hvd.Sum, name="trips.after")
+
+    both = sum(every_rank((3,), seed=12))
+    np.testing.assert_allclose(within(QUICK, lambda: f(tf.constant(x), tf.constant(2))).numpy(),
+                               2 * hvd.size() * both, rtol=1e-5, atol=1e-5)
+    trips = 3 if hvd.rank() == 0 else 2
+    others = "ranks 1, 2" if hvd.size() == 3 else "rank 1"
+    message = fails_on_every_rank_quickly(lambda: f(tf.constant(x), tf.constant(trips)),
+                                          "a different number of times", "trips.in", "rank 0",
+                                          others)
+    assert "trips.after" in message, message
+    # In step again: the same function with equal counts.
+    np.testing.assert_allclose(within(QUICK, lambda: f(tf.constant(x), tf.constant(2))).numpy(),
+                               2 * hvd.size() * both, rtol=1e-5, atol=1e-5)
+
+
+def test_collectives_that_differ_by_rank_inside_a_loop_fail_every_rank():
+    """A loop whose collective is named differently on rank 0 than on the
+    others (a program that really differs): every rank fails within
+    seconds, naming both tensors and the ranks, instead of stalling."""
+    name = "differ.zero" if hvd.rank() == 0 else "differ.rest"
+    x = data(hvd.rank(), (2,), seed=13)
+
+    @tf.function
+    def f(x):
+        acc = tf.zeros(2)
+        for _ in tf.range(2):
+            acc += hvd.allreduce(x, op=hvd.Sum, name=name)
+        return acc
+
+    fails_on_every_rank_quickly(lambda: f(tf.constant(x)), "differ.zero", "differ.rest", "rank 0")
+    y = tf.constant(x)
+    got = within(QUICK, lambda: tf.function(
+        lambda t: hvd.allreduce(t, op=hvd.Sum, name="differ.after"))(y))
+    np.testing.assert_allclose(got.numpy(), sum(every_rank((2,), seed=13)), rtol=1e-5, atol=1e-5)

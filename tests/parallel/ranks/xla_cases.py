@@ -543,3 +543,40 @@ def test_loops_and_a_cond_inside_jit_compile():
         before, after = step(tf.constant(x))
         np.testing.assert_allclose(before.numpy(), summed[0, 0], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(after.numpy(), acc, rtol=1e-5, atol=1e-4)
+
+
+def test_two_threads_started_in_opposite_orders_are_not_a_crossed_wait():
+    """Two compiled functions on two threads, started in opposite orders on
+    rank 0 and the others, 1.5 s apart: for 1.5 s rank 0 waits in one while
+    the others wait in the other, yet both threads will finish. Before, the
+    crossed-wait check (1 s) failed all four calls; now it waits
+    TF_RING_CROSSED_WAIT_SECONDS (5 by default) and all four complete."""
+    import threading
+    import time
+    one = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="xla.threads.one"),
+                      jit_compile=True)
+    two = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="xla.threads.two"),
+                      jit_compile=True)
+    a = rank_input(tf.float32, hvd.rank())
+    want = np.stack(all_inputs(tf.float32)).sum(0)
+    for f in (one, two):  # compiled first, in one order everywhere
+        np.testing.assert_allclose(f(a).numpy(), want)
+    order = (one, two) if hvd.rank() == 0 else (two, one)
+    out = {}
+
+    def call(f):
+        try:
+            out[f] = f(a).numpy()
+        except tf.errors.OpError as e:
+            out[f] = e
+
+    threads = [threading.Thread(target=call, args=(f,), daemon=True) for f in order]
+    threads[0].start()
+    time.sleep(1.5)
+    threads[1].start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a compiled call still waits"
+    for f in order:
+        assert not isinstance(out[f], Exception), str(out[f])
+        np.testing.assert_allclose(out[f], want)

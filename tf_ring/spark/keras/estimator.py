@@ -68,11 +68,9 @@ class KerasEstimator:
         stores.make_run_dir(run_dir, self.store_mode)
         train, val = self._split(df)
         train_rows = _write(train, os.path.join(run_dir, "train"), num_proc)
-        val_rows = _write(val, os.path.join(run_dir, "val"), num_proc) if val is not None else 0
+        val_rows = _write(val, os.path.join(run_dir, "val"), num_proc) if val is not None else None
         stores.settle_modes(run_dir, self.store_mode)
-        if train_rows < num_proc:
-            raise ValueError("KerasEstimator: %d training rows for %d ranks; each rank needs at "
-                             "least one" % (train_rows, num_proc))
+        check_row_counts(train_rows, val_rows, num_proc, self.validation)
         per_step = self.batch_size * num_proc
         spec = {"model": self._model, "compile": self._compile,
                 "feature_cols": self.feature_cols, "label_cols": self.label_cols,
@@ -81,7 +79,7 @@ class KerasEstimator:
                 # Every rank takes the same number of steps (its data repeats):
                 # a rank that stopped early would leave the others waiting.
                 "steps_per_epoch": max(1, train_rows // per_step),
-                "validation_steps": max(1, val_rows // per_step),
+                "validation_steps": max(1, (val_rows or 0) // per_step),
                 "batch_size": self.batch_size, "epochs": self.epochs, "shuffle": self.shuffle,
                 "seed": int(self.random_seed), "callbacks": self.callbacks,
                 "verbose": self.verbose}
@@ -90,8 +88,8 @@ class KerasEstimator:
                                     verbose=self.verbose, nics=self.nics)
         digests = {r["digest"] for r in results}
         if len(digests) != 1:
-            raise RuntimeError("KerasEstimator: the ranks ended with different weights (%d "
-                               "distinct); tf_ring's broadcast or gradient averaging failed"
+            raise RuntimeError("KerasEstimator: the ranks ended with different trainable weights "
+                               "(%d distinct); tf_ring's broadcast or gradient averaging failed"
                                % len(digests))
         trained = dict(self._model, weights=results[0]["weights"])
         return KerasModel(trained, self.feature_cols, self.label_cols,
@@ -114,6 +112,19 @@ class KerasEstimator:
 
 def _arrays(df, names):
     return df.select(*[cols.as_array(df, c) for c in names])
+
+
+def check_row_counts(train_rows, val_rows, num_proc, validation):
+    """Every rank reads at least one file of training rows and, with
+    validation, one of validation rows (the writer deals the rows round robin
+    into one file per rank, so fewer rows than ranks leaves a file empty)."""
+    if train_rows < num_proc:
+        raise ValueError("KerasEstimator: %d training rows for %d ranks; each rank needs at "
+                         "least one" % (train_rows, num_proc))
+    if val_rows is not None and val_rows < num_proc:
+        raise ValueError("KerasEstimator: validation=%r gives %d validation rows for %d ranks; "
+                         "each rank needs at least one. Flag (or hold out) at least %d rows, or "
+                         "pass validation=None" % (validation, val_rows, num_proc, num_proc))
 
 
 def _write(df, path, num_proc):

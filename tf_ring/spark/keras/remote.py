@@ -22,7 +22,7 @@ def train(spec):
 
     def data(path, shuffle):
         read = shards.read_columns(shards.my_files(path, rank, size), columns)
-        rows = len(read[columns[0]])
+        rows = shards.check_rows(read, columns, path, rank)
         return rows, shards.dataset(read, spec["feature_cols"], spec["label_cols"], input_shapes,
                                     output_shapes, spec["batch_size"], shuffle,
                                     spec["seed"] + rank)
@@ -40,7 +40,9 @@ def train(spec):
                         epochs=spec["epochs"], callbacks=callbacks,
                         shuffle=False,  # the pipeline shuffles (shards.dataset)
                         verbose=spec["verbose"] if rank == 0 else 0, **validation)
-    weights = model.get_weights()
-    return {"rank": rank, "rows": rows, "digest": specs.weights_digest(weights),
+    # Compared across ranks: the trainable weights, which must agree. The
+    # model returned is rank 0's whole state, its moving statistics included.
+    return {"rank": rank, "rows": rows,
+            "digest": specs.weights_digest(specs.trainable_weights(model)),
             "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
-            "weights": weights if rank == 0 else None}
+            "weights": model.get_weights() if rank == 0 else None}

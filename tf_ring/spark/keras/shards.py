@@ -26,6 +26,17 @@ def read_columns(files, columns):
     return {c: column_array(table.column(c).combine_chunks(), c) for c in columns}
 
 
+def check_rows(read, columns, path, rank):
+    """The number of rows read_columns() gave this rank; none is refused
+    here, naming the files, before shaping would blame a column."""
+    rows = len(read[columns[0]])
+    if rows == 0:
+        raise ValueError("KerasEstimator: rank %d's Parquet files under %s hold no rows; every "
+                         "rank needs at least one (fewer rows than ranks were written there)"
+                         % (rank, path))
+    return rows
+
+
 def column_array(array, name):
     import pyarrow as pa
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):

@@ -36,6 +36,15 @@ def deserialize_compile(config, custom_objects):
     return optimizer, loss, metrics
 
 
+def trainable_weights(model):
+    """The weights training keeps equal on every rank (broadcast, then
+    updated with averaged gradients). Moving statistics (BatchNormalization's
+    mean and variance) are not among them: each rank updates its own from
+    its own batches, as in Horovod (SyncBatchNormalization aside)."""
+    import keras
+    return [keras.ops.convert_to_numpy(v) for v in model.trainable_weights]
+
+
 def weights_digest(weights):
     """One string per set of weights: equal on ranks whose weights are equal."""
     digest = hashlib.sha256()
