@@ -172,19 +172,27 @@ STALE_MESSAGES = {"allgather": "[2, 2] is not the [3, 2]",
                   "reducescatter": "rank 0 could not take its output"}
 
 
+@pytest.fixture(scope="module")
+def compiled_shrink_job(tmp_path_factory):
+    """One job for the three ops (each one's failure is its own): they share
+    its start-up and its recovery."""
+    return run_in_process_job(tmp_path_factory.mktemp("xla_shrink"), "xla_shrink_job.py",
+                              kill_at=3)
+
+
 @pytest.mark.parametrize("op", ["allgather", "alltoall", "reducescatter"])
-def test_a_compiled_collective_after_a_shrink(tmp_path, op):
+def test_a_compiled_collective_after_a_shrink(compiled_shrink_job, op):
     """XLA bakes the set's size into a compiled allgather, alltoall or
     reducescatter. After rank 2 is lost, the function compiled for 3 ranks,
     called with the input it was compiled for, fails on both survivors with
     an InvalidArgumentError naming the tensor (no hang, no wrong shape), and
     the one the reset callback traced again gives the 2-rank result."""
-    done = run_in_process_job(tmp_path, "xla_shrink_job.py", kill_at=3, XLA_SHRINK_OP=op)
+    done = compiled_shrink_job
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     for rank in (0, 1):
-        stale = [l for l in done.stdout.splitlines() if l.startswith("STALE rank=%d " % rank)]
+        stale = [l for l in done.stdout.splitlines() if l.startswith("STALE op=%s rank=%d " % (op, rank))]
         assert len(stale) == 1 and "InvalidArgumentError" in stale[0], done.stdout[-3000:]
-        assert "'xla.shrink'" in stale[0] and STALE_MESSAGES[op] in stale[0], stale
+        assert "'xla.shrink.%s'" % op in stale[0] and STALE_MESSAGES[op] in stale[0], stale
         assert "END rank=%d size=2 step=6" % rank in done.stdout, done.stdout[-3000:]
 
 
