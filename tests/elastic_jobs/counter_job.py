@@ -5,7 +5,10 @@ init() returned) and END lines; the final total is sum(range(30)) however often 
 job was relaunched, if every relaunch resumed from the last commit.
 COUNTER_KILL_RANK_AT / COUNTER_MARKER kill ranks (kill_plan.py); COUNTER_RAISE_RANK_AT=k
 makes the last rank raise an ordinary ValueError at step k; COUNTER_STEP_S: the pause
-between steps (0.15 s)."""
+between steps (0.15 s). COUNTER_HOLD_AT_STEP=k with COUNTER_HOLD_UNTIL_SIZE=n: at step k
+the job waits for a world of n ranks, committing every pause (where a host
+update is noticed) and printing HOLD lines, for at most 240 pauses: a test
+that grows the job then does not race the job's end on a slow machine."""
 import os
 import time
 
@@ -30,6 +33,21 @@ print("BOOT rank=%d size=%d booted=%.3f initialized=%.3f warm=%s"
       flush=True)
 state = elastic.ObjectState(step=0, total=0)
 raise_at = int(os.environ.get("COUNTER_RAISE_RANK_AT", "-1"))
+step_pause = float(os.environ.get("COUNTER_STEP_S", "0.15"))
+hold_at = int(os.environ.get("COUNTER_HOLD_AT_STEP", "-1"))
+hold_until_size = int(os.environ.get("COUNTER_HOLD_UNTIL_SIZE", "0"))
+
+
+def hold(state):
+    """Commits (no step) until the world has hold_until_size ranks. Every
+    rank sees the same size and counts the same pauses, so all commit alike."""
+    for _ in range(240):
+        if hvd.size() >= hold_until_size:
+            return
+        print("HOLD rank=%d size=%d step=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step,
+                                                       time.time()), flush=True)
+        time.sleep(step_pause)
+        state.commit()
 
 
 @elastic.run
@@ -37,6 +55,8 @@ def train(state):
     print("START rank=%d size=%d step=%d pid=%d t=%.3f" % (hvd.rank(), hvd.size(), state.step,
                                                            os.getpid(), time.time()), flush=True)
     while state.step < STEPS:
+        if state.step == hold_at:
+            hold(state)
         size = int(hvd.allreduce(tf.constant(1.0), op=hvd.Sum, name="count").numpy())
         assert size == hvd.size()
         for i, ps in enumerate(pairs):
@@ -51,7 +71,7 @@ def train(state):
         kill_plan.maybe_kill(state.step, hvd.rank(), hvd.size())  # SIGKILL: nothing cleaned up
         if hvd.rank() == hvd.size() - 1 and state.step == raise_at:
             raise ValueError("counter_job: an ordinary bug at step %d" % raise_at)
-        time.sleep(float(os.environ.get("COUNTER_STEP_S", "0.15")))
+        time.sleep(step_pause)
         state.commit()
 
 

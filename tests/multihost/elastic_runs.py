@@ -76,7 +76,7 @@ def run_counter(hosts, directory, min_np, job_env, timeout=240, job=COUNTER_JOB,
 # mpirun relays each rank's output as it comes, and a rank's line can lose
 # its end to another rank's (seen in CI: "STEP ... t=1795876859.030START
 # rank=1 size=2 ..."): the job's own lines are split apart again here.
-_JOB_LINE_START = re.compile(r"(?<=.)(?=(?:START|STEP|END) rank=)")
+_JOB_LINE_START = re.compile(r"(?<=.)(?=(?:START|STEP|HOLD|END) rank=)")
 
 
 def job_lines(line):

@@ -78,8 +78,9 @@ def test_an_added_host_gets_its_spare_before_the_job_grows_onto_it(tmp_path):
     """(b) with --warm-spares: discovery lists 2 hosts, then a third. The
     driver starts the third host's spare through the remote agent and tells
     rank 0 only once it is ready, so the 3-rank world starts warm on every
-    host (the job trains on at 2 ranks meanwhile) and ends with the total
-    of an uninterrupted run."""
+    host (the job trains on at 2 ranks meanwhile, and waits for the third
+    rank at step 20 rather than end first on a slow machine) and ends with
+    the total of an uninterrupted run."""
     listed = tmp_path / "hosts"
     listed.write_text("simhost0\nsimhost1\n")
     discovery = tmp_path / "discover.sh"
@@ -91,12 +92,14 @@ def test_an_added_host_gets_its_spare_before_the_job_grows_onto_it(tmp_path):
         added = {}
 
         def add_a_host_once_the_two_have_spares(line):
-            if not added and line.startswith("STEP rank=0 size=2 ") and \
+            if not added and line.startswith(("STEP rank=0 size=2 ", "HOLD rank=0 size=2 ")) and \
                     len(ready_spares(hosts, ["simhost0", "simhost1"], began)) == 2:
                 added["at"] = time.time()
                 listed.write_text("simhost0\nsimhost1\nsimhost2\n")
 
-        rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env={"COUNTER_STEP_S": "0.5"},
+        job_env = {"COUNTER_STEP_S": "0.5", "COUNTER_HOLD_AT_STEP": "20",
+                   "COUNTER_HOLD_UNTIL_SIZE": "3"}
+        rc, lines = run_counter(hosts, str(tmp_path), min_np=2, job_env=job_env,
                                 on_line=add_a_host_once_the_two_have_spares,
                                 discovery=str(discovery), extra_args=["--warm-spares"])
     out, err = text(lines, "out"), text(lines, "err")
