@@ -271,6 +271,11 @@ def _pybind11_include():
     return pybind11.get_include()
 
 
+def _pybind11_version():
+    import pybind11
+    return pybind11.__version__
+
+
 def _tf_include(tf_compile):
     for flag in tf_compile:
         if flag.startswith("-I"):
@@ -283,16 +288,22 @@ def _tf_include(tf_compile):
 
 class ObjectCache:
     """Object files kept by what made them (TF_RING_BUILD_CACHE=<dir>; off by
-    default). CI compiles the same sources against the same TensorFlow twice,
-    the editable install and then an isolated wheel from a copy of the tree:
-    the second build takes what the first compiled. The key is the compile
-    command with this tree's path taken out, salted with the compiler's
-    version, the TensorFlow and MPI the build found, and every file under
-    cc/ (a changed header misses everything)."""
+    default). CI compiles the same sources several times: the editable
+    install, an isolated wheel from a copy of the tree, and the TF 2.15 and
+    CUDA stages' builds in environments of their own; each later build takes
+    what an earlier one compiled. The key is the compile command with this
+    tree's path and the target environment's prefix taken out, salted with
+    the compiler's version, the MPI the build found, and every file under
+    cc/ (a changed header misses everything); an object that sees
+    TensorFlow's headers also with the TensorFlow the build found, one that
+    sees pybind11's with pybind11's version. So the engine's objects (no
+    TensorFlow) serve builds against any TensorFlow with the same MPI."""
 
-    def __init__(self, directory, cxx, found):
+    def __init__(self, directory, cxx, found, prefix):
         import hashlib
         self.directory = directory
+        # Longest first: a prefix under a link is taken out whole.
+        self.prefixes = sorted({prefix, os.path.realpath(prefix)}, key=len, reverse=True)
         os.makedirs(directory, exist_ok=True)
         salt = hashlib.sha256()
         salt.update(subprocess.run([cxx, "--version"], capture_output=True).stdout)
@@ -304,22 +315,26 @@ class ObjectCache:
                     salt.update(f.read())
         self.salt = salt.hexdigest()
 
-    def _path(self, cmd):
+    def _path(self, cmd, also):
         import hashlib
         words = [w.replace(HERE, "@") for w in cmd if not w.endswith(".o")]
+        for prefix in self.prefixes:
+            words = [w.replace(prefix, "<env>") for w in words]
         return os.path.join(self.directory, hashlib.sha256(
-            (self.salt + "\0".join(words)).encode()).hexdigest() + ".o")
+            (self.salt + json.dumps(also, sort_keys=True) + "\0".join(words)).encode()
+        ).hexdigest() + ".o")
 
-    def fetch(self, cmd, obj):
-        """True when `cmd`'s object was kept; it is copied to `obj`."""
-        kept = self._path(cmd)
+    def fetch(self, cmd, obj, also):
+        """True when `cmd`'s object was kept; it is copied to `obj`. `also`:
+        what else made it (the TensorFlow or pybind11 whose headers it saw)."""
+        kept = self._path(cmd, also)
         if not os.path.exists(kept):
             return False
         shutil.copyfile(kept, obj)
         return True
 
-    def keep(self, cmd, obj):
-        kept = self._path(cmd)
+    def keep(self, cmd, obj, also):
+        kept = self._path(cmd, also)
         partial = "%s.%d.tmp" % (kept, os.getpid())
         shutil.copyfile(obj, partial)
         os.replace(partial, kept)  # whole or absent, for a build running beside this one
@@ -373,13 +388,15 @@ class BuildTfRing(build_ext):
                   "-I" + os.path.join(HERE, "cc")] + mpi_compile
         python_compile = ["-O2", "-fvisibility=hidden", "-I" + environment["python_include"],
                           "-I" + _pybind11_include()]
-        cache = (ObjectCache(os.environ["TF_RING_BUILD_CACHE"], cxx, [tf_info, mpi_version, bool(gpu)])
+        cache = (ObjectCache(os.environ["TF_RING_BUILD_CACHE"], cxx, [mpi_version, bool(gpu)],
+                             environment["prefix"])
                  if os.environ.get("TF_RING_BUILD_CACHE") else None)
 
         def compile_one(src):
             obj = os.path.join(build_dir, os.path.relpath(src, HERE).replace(os.sep, "_") + ".o")
             # Only the TensorFlow adapter sees TensorFlow's headers; the engine's
             # reduction loops want -O3 to vectorize.
+            sees = tf_info  # TensorFlow's headers (cc/xla_ops, cc/tensorflow)
             if "cc/xla_ops" in src:
                 # The XLA lowering sees TensorFlow's (and XLA's FFI) headers.
                 # XLA's builder headers include highwayhash and farmhash, which
@@ -397,16 +414,18 @@ class BuildTfRing(build_ext):
             elif "cc/python" in src:
                 # The binding sees Python's and pybind11's headers, not TensorFlow's.
                 extra = python_compile
+                sees = {"pybind11": _pybind11_version()}
             else:
                 extra = ["-O3"] + (gpu["engine_compile"] if gpu else [])
+                sees = None  # the engine: no TensorFlow, no Python
             cmd = [cxx, "-c", src, "-o", obj] + common + extra
-            if cache is not None and cache.fetch(cmd, obj):
+            if cache is not None and cache.fetch(cmd, obj, sees):
                 return obj
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError("compiling %s failed:\n%s\n%s" % (src, " ".join(cmd), result.stderr))
             if cache is not None:
-                cache.keep(cmd, obj)
+                cache.keep(cmd, obj, sees)
             return obj
 
         jobs = int(os.environ.get("TF_RING_BUILD_JOBS", os.cpu_count() or 2))
@@ -450,8 +469,9 @@ setup(
         # pyspark and ray run the Spark and Ray tests (a local cluster each, and
         # clusters on simulated hosts; Spark needs Java 17+); cloudpickle the
         # hosted-job tests; pyarrow and pandas the KerasEstimator (Parquet
-        # shards, Spark's pandas UDFs).
-        "test": ["pytest", "scikit-learn", "tf_keras", "matplotlib", "pyspark>=3.5",
+        # shards, Spark's pandas UDFs); pytest-xdist runs the suite on two
+        # workers (the README's test command).
+        "test": ["pytest", "pytest-xdist", "scikit-learn", "tf_keras", "matplotlib", "pyspark>=3.5",
                  "ray>=2.50", "cloudpickle", "pyarrow>=14", "pandas>=2"],
         "spark": ["pyspark>=3.5", "pyarrow>=14", "pandas>=2"],
         "ray": ["ray>=2.50"],
