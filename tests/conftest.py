@@ -26,6 +26,30 @@ collect_ignore = ["parallel/ranks", "multihost/ranks"]
 MARKER_VAR = "TF_RING_TEST_JOB"
 
 
+# The whole suite runs on two pytest workers, a file to a worker
+# (README: -n 2 --dist loadfile --no-loadscope-reorder), handed out in this
+# order: the tiers whose files run longest first, so no long file starts
+# last and runs alone, and the many short in-process files fill the gaps at
+# the end. Multi-host tests mostly wait (for a detection, a restart, a JVM),
+# so the other worker's CPU-bound jobs use those cores meanwhile.
+# The longest files (measured: docs/testing.md) go out before their tiers.
+TIER_ORDER = ("parallel", "integration", "builds", "multihost", "launcher", "gpu", "unit")
+LONGEST_FILES = ("parallel/test_parallel.py", "integration/test_spark.py",
+                 "multihost/test_elastic_loss.py")
+
+
+def _hand_out_rank(item):
+    path = os.path.relpath(str(item.fspath), os.path.join(REPO, "tests"))
+    if path in LONGEST_FILES:
+        return LONGEST_FILES.index(path)
+    tier = path.split(os.sep)[0]
+    return len(LONGEST_FILES) + (TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER))
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=_hand_out_rank)  # stable: each file's tests stay together, in order
+
+
 def job_marker():
     """A new marker value; pass {MARKER_VAR: marker} in the job's environment."""
     return uuid.uuid4().hex
