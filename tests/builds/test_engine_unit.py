@@ -31,6 +31,10 @@ def test_engine_unit(tmp_path):
     build_and_run(tmp_path, "tests/cc/engine_unit_test.cc")
 
 
+def test_coordinator_unit(tmp_path):
+    build_and_run(tmp_path, "tests/cc/coordinator_unit_test.cc")
+
+
 def test_out_of_step_unit(tmp_path):
     build_and_run(tmp_path, "tests/cc/out_of_step_unit_test.cc")
 

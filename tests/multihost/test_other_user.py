@@ -242,7 +242,11 @@ def test_3_a_spare_reachable_by_another_user_runs_nothing_of_theirs(tmp_path):
                                 timeout=90)
     out, err = text(lines, "out"), text(lines, "err")
     assert tried, "no spare was ready before the job ended: " + err[-3000:]
-    assert "ANSWER b''" in tried["run"].stdout or "reset" in tried["run"].stdout, tried["run"]
+    # The spare closed the connection without a word: seen as end of file,
+    # a reset, or (when it closed before the intruder finished sending, as
+    # on a busy machine) a broken pipe.
+    closed = ("ANSWER b''", "reset", "Broken pipe")
+    assert any(sign in tried["run"].stdout for sign in closed), tried["run"]
     assert tried["spare alive"], "the spare left its slot for another user's connection"
     assert rc == 0, out[-3000:] + err[-3000:]
     ends = re.findall(r"END rank=\d size=2 step=30 total=(\d+)", out)

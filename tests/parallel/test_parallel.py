@@ -14,9 +14,10 @@ from a fresh engine. The Keras 3 and tf_keras files need separate processes
 
 On 3 ranks a group runs what 3 ranks prove beyond 2 (THREE_RANKS): an odd
 ring, a rank outside a process set, a count that is no power of two. The
-Keras groups' other tests check the Keras glue around an allreduce whose
-ring is proved on 3 ranks by the collectives group; rerunning them there
-cost about two and a half minutes (docs/testing.md).
+Keras groups' other tests, and the engine group's tape, v1 and
+local-variable files, check the glue around an allreduce whose ring is
+proved on 3 ranks by the collectives group; rerunning them there cost
+about three minutes (docs/testing.md).
 """
 import glob
 import os
@@ -37,7 +38,8 @@ GROUPS = {
                 "autotune", "timeline", "eager_threads",
                 "eager_inline_wait", "join",
                 "init_comm", "local_variables", "tape", "v1_session"], {}),
-    "process_sets": (["process_sets", "process_sets_dynamic", "process_sets_idle"], {}),
+    "process_sets": (["process_sets", "process_sets_errors", "process_sets_dynamic",
+                      "process_sets_idle"], {}),
     "elastic": (["elastic_state", "elastic_data", "elastic_mirror"], {}),
     "keras": (["keras", "keras_mixed_precision", "keras_warmup_and_load", "keras_xla",
                "sync_batch_norm", "compression"], KERAS_ENV),
@@ -52,9 +54,14 @@ THREE_RANKS = {
     # A ring of odd length: chunks that do not split evenly, alltoall and
     # reducescatter splits over three peers.
     "collectives": None,
-    # Shared-memory reductions summed in rank order from three writers, and
-    # join's divisor (the ranks that submitted) when it is neither 1 nor the world.
-    "engine": None,
+    # Shared-memory reductions summed in rank order from three writers;
+    # join's divisor (the ranks that submitted) when it is neither 1 nor the
+    # world; fusion and the cache with three peers; a sub-communicator that
+    # is neither one rank nor the world; threads' names and the timeline
+    # with three ranks' events. The tape, the v1 session, local variables,
+    # autotune and the eager inline wait are glue around an allreduce whose
+    # odd ring the collectives group proves: they run on 2 ranks only.
+    "engine": "shm or join or cache_fusion or init_comm or eager_threads or timeline",
     # Sets that are neither one rank nor the world exist only from 3 ranks on.
     "process_sets": None,
     # The newest commit on a rank that is neither rank 0 nor its only peer;

@@ -12,7 +12,8 @@ import tf_ring
 import tf_ring.keras as hvd
 from helpers import every_rank_here
 from keras_cases import (FEATURES, LR, PER_RANK_BATCH, RecordLearningRate, assert_same_on_all_ranks,
-                         assert_weights_close, global_data, make_model, make_partial_model, shard)
+                         assert_weights_close, global_data, make_model, shard)
+from keras_partial_cases import make_partial_model
 
 # --- LearningRateWarmupCallback ---------------------------------------------------------------
 

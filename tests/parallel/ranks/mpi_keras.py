@@ -7,6 +7,7 @@ import keras
 import pytest
 
 import keras_cases as cases
+import keras_partial_cases as partial_cases
 
 SGD = keras.optimizers.SGD
 
@@ -65,11 +66,11 @@ def test_momentum_correction_scales_velocity():
 
 @pytest.mark.parametrize("scale_local_gradients", [True, False])
 def test_partial_distributed_optimizer_keeps_local_layer(scale_local_gradients):
-    cases.check_partial_optimizer(keras, SGD, scale_local_gradients)
+    partial_cases.check_partial_optimizer(keras, SGD, scale_local_gradients)
 
 
 def test_register_local_var_in_custom_step():
-    cases.check_register_local_var(keras, SGD)
+    partial_cases.check_register_local_var(keras, SGD)
 
 
 def test_horovod_optimizer_arguments():

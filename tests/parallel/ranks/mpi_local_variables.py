@@ -1,8 +1,8 @@
 """Local (not averaged) variables with the tape and the v1 optimizer, and
 Horovod's deprecated-but-public tape arguments.
 
-The model (keras_cases.make_partial_model) has a shared first layer and a head
-local to each rank; keras_cases.replay_partial_training replays every rank in
+The model (keras_partial_cases.make_partial_model) has a shared first layer and a head
+local to each rank; keras_partial_cases.replay_partial_training replays every rank in
 one process (shared gradients averaged, heads trained on their own rank's
 data), which the ranks' weights must match."""
 import keras
@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import keras_cases as cases
+import keras_partial_cases as partial_cases
 import tf_ring as hvd
 
 STEPS = 3
@@ -38,17 +39,17 @@ def train_with_tape(model, make_tape, x, y, in_function):
 @pytest.mark.parametrize("scale_local_gradients", [True, False])
 def test_partial_tape_keeps_local_layer(in_function, scale_local_gradients):
     x, y = cases.global_data(STEPS, seed=31)
-    model = cases.make_partial_model(keras, hvd.rank())
+    model = partial_cases.make_partial_model(keras, hvd.rank())
     head = model.layers[-1]
     train_with_tape(model, lambda tape: hvd.PartialDistributedGradientTape(
         tape, local_layers=head, scale_local_gradients=scale_local_gradients), x, y, in_function)
-    cases.assert_partial_result(model, x, y, STEPS, scale_local_gradients,
+    partial_cases.assert_partial_result(model, x, y, STEPS, scale_local_gradients,
                                 "partial_tape_%s_%s" % (in_function, scale_local_gradients))
 
 
 def test_register_local_source():
     x, y = cases.global_data(STEPS, seed=33)
-    model = cases.make_partial_model(keras, hvd.rank())
+    model = partial_cases.make_partial_model(keras, hvd.rank())
 
     def make_tape(tape):
         tape = hvd.DistributedGradientTape(tape, scale_local_gradients=False)
@@ -57,7 +58,7 @@ def test_register_local_source():
         return tape
 
     train_with_tape(model, make_tape, x, y, in_function=True)
-    cases.assert_partial_result(model, x, y, STEPS, False, "register_local_source")
+    partial_cases.assert_partial_result(model, x, y, STEPS, False, "register_local_source")
 
 
 def test_without_local_layers_partial_tape_averages_everything():
@@ -167,7 +168,7 @@ def test_get_local_and_global_gradients(in_function, scale_local_gradients):
 def test_partial_tape_get_local_and_global_gradients_by_layer():
     """The Keras layers given as local_layers are the local half of the split."""
     x, _ = cases.global_data(1, seed=37)
-    model = cases.make_partial_model(keras, hvd.rank())
+    model = partial_cases.make_partial_model(keras, hvd.rank())
     head = model.layers[-1]
     xb = cases.shard(x)[:cases.PER_RANK_BATCH]
     with tf.GradientTape(persistent=True) as tape:

@@ -1,10 +1,8 @@
 """Static process sets: every collective restricted to a set, in eager,
 tf.function and v1 graphs; each set's own cache and fusion; one set training
-while another waits on a withheld tensor; the errors. Expected values come
-from NumPy over the members' known inputs.
-
-On 3 ranks the sets are {0,1} and {1,2} (overlapping) and {0} (disjoint
-from {1,2}); on 2 ranks {0}, {1} (disjoint) and {0,1} (overlapping both).
+while another waits on a withheld tensor (the errors:
+mpi_process_sets_errors.py). Expected values come from NumPy over the
+members' known inputs. The sets of each world size: process_sets_cases.py.
 """
 import threading
 
@@ -15,34 +13,9 @@ import tensorflow as tf
 import tf_ring as hvd
 from helpers import check_on_root, rank_input, timeline_events
 
-SET_RANKS = {2: [[0], [1], [0, 1]], 3: [[0, 1], [1, 2], [0]]}
-
-
-def restart(process_sets=None):
-    hvd.shutdown()
-    hvd.init(process_sets=process_sets)
-
-
-@pytest.fixture(scope="module")
-def sets():
-    made = [hvd.ProcessSet(r) for r in SET_RANKS[hvd.size()]]
-    restart(made)
-    yield made
-    restart()
-
-
-@pytest.fixture(autouse=True)
-def in_step():
-    """Ranks outside a test's set skip ahead; a global barrier after every
-    test keeps them from reaching the next test's shutdown() early."""
-    yield
-    hvd.barrier(name="after_test")
-
-
-def mine(sets):
-    """The sets this rank belongs to, in ascending id order: the order every
-    rank calls them in, so blocking eager calls cannot wait on each other."""
-    return [ps for ps in sets if ps.included()]
+# The sets, the engine restart and the per-test barrier: process_sets_cases.py,
+# shared with mpi_process_sets_errors.py.
+from process_sets_cases import SET_RANKS, STALL, in_step, mine, restart, sets  # noqa: E402,F401 - fixtures
 
 
 def test_registration_ids_and_queries(sets):
@@ -323,7 +296,6 @@ def test_timeline_records_a_sets_collectives_with_its_id(sets):
     check_on_root(check_file, "ps_timeline_check")
 
 
-STALL = {2: ([0], [0, 1], 1), 3: ([0, 1], [1, 2], 2)}  # set A, set B, B's member that waits
 
 
 def test_one_set_trains_while_another_waits_on_a_withheld_tensor(sets):
@@ -421,110 +393,3 @@ def test_v1_optimizer_and_hook_on_a_set(sets):
             assert session.run(v) == ps.ranks[-1] + 1.0
             session.run(train)
             assert session.run(v) == pytest.approx(ps.ranks[-1] + 1.0 - np.mean(ps.ranks))
-
-
-def test_a_rank_outside_the_set_gets_invalid_argument(sets):
-    rank = hvd.rank()
-    outside = next(ps for ps in sets if not ps.included())
-    with pytest.raises(tf.errors.InvalidArgumentError) as info:
-        hvd.allreduce(tf.ones(2), process_set=outside, name="outside.tensor")
-    text = str(info.value)
-    assert "'outside.tensor'" in text and "this rank (%d)" % rank in text
-    assert "ranks %s" % ", ".join(map(str, outside.ranks)) in text and "included()" in text
-    with pytest.raises(tf.errors.InvalidArgumentError, match="not a member"):
-        tf.function(lambda: hvd.allgather(tf.ones([1]), process_set=outside))()
-
-
-def test_broadcast_root_outside_the_set(sets):
-    ps = next(s for s in mine(sets))
-    other = next(r for r in range(hvd.size()) if r not in ps.ranks)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="root_rank %d is not a member" % other):
-        hvd.broadcast(tf.ones(2), root_rank=other, process_set=ps, name="bad.root")
-
-
-def test_unregistered_sets_and_bad_ranks_raise_value_error(sets):
-    with pytest.raises(ValueError, match="not registered"):
-        hvd.allreduce(tf.ones(2), process_set=hvd.ProcessSet([0]))
-    fake = hvd.ProcessSet([0])
-    fake.process_set_id = 10
-    with pytest.raises(ValueError, match="not registered"):
-        hvd.allreduce(tf.ones(2), process_set=fake)
-    with pytest.raises(ValueError, match=r"rank\(s\) 1 appear more than once"):
-        hvd.ProcessSet([0, 1, 1])
-    with pytest.raises(ValueError, match="remove_process_set: the global process set"):
-        hvd.remove_process_set(hvd.global_process_set)
-    with pytest.raises(RuntimeError, match="TF_RING_DYNAMIC_PROCESS_SETS=1"):
-        hvd.add_process_set([0])
-    with pytest.raises(ValueError, match="not registered"):
-        hvd.join(process_set=hvd.ProcessSet([0]))
-
-
-def test_init_errors_out_of_range_and_ranks_that_disagree(sets):
-    size, rank = hvd.size(), hvd.rank()
-    try:
-        with pytest.raises(ValueError, match="rank %d is out of range" % size):
-            restart([hvd.ProcessSet([0, size])])
-        with pytest.raises(ValueError, match="set of ranks 0, 1 appears twice"):
-            restart([hvd.ProcessSet([2 % size]), hvd.ProcessSet([0, 1]), hvd.ProcessSet([1, 0])])
-        assert hvd.process_sets() == [hvd.global_process_set]  # all or nothing
-        # Rank 0 passes one list, the others another: every rank fails alike.
-        theirs = [hvd.ProcessSet([0])] if rank == 0 else [hvd.ProcessSet([1])]
-        with pytest.raises(ValueError, match="do not match across ranks") as info:
-            restart(theirs)
-        assert "rank 0: add [[0]]" in str(info.value) and "rank 1: add [[1]]" in str(info.value)
-    finally:
-        restart(sets)
-    assert [ps.process_set_id for ps in sets] == [1, 2, 3]
-
-
-def test_a_mismatch_error_longer_than_1024_characters_arrives_whole(sets):
-    """The engine's message crosses into Python whole (no fixed-size buffer)."""
-    count = 250  # over 2,048 characters on 2 ranks: the old C API cut messages there
-    mine_ranks = [0] if hvd.rank() == 0 else [1]
-    try:
-        with pytest.raises(ValueError) as info:
-            restart([hvd.ProcessSet(mine_ranks) for _ in range(count)])
-    finally:
-        restart(sets)
-    message = str(info.value)
-    assert len(message) > 1024, len(message)
-    assert message.startswith("tf_ring: registering process sets failed: process sets do not match")
-    rank0 = "rank 0: add [" + ", ".join(["[0]"] * count) + "]"
-    rank1 = "rank 1: add [" + ", ".join(["[1]"] * count) + "]"
-    assert rank0 in message and rank1 in message, message[:300]
-    assert message.endswith("add_process_set() and remove_process_set()."), message[-200:]
-
-
-def test_a_stall_inside_a_set_is_reported_with_engine_ranks(sets, capfd):
-    """The set's coordinator warns about a tensor some members lack, naming
-    the set and the missing member by its engine rank."""
-    import os
-    import time
-    a_ranks, b_ranks, late = STALL[hvd.size()]
-    os.environ["TF_RING_STALL_CHECK_TIME_SECONDS"] = "0.2"
-    try:
-        restart(sets)
-        b = next(ps for ps in sets if ps.ranks == b_ranks)
-        coordinator = b.ranks[0]
-        if hvd.rank() == coordinator:
-            thread = threading.Thread(target=lambda: hvd.allreduce(
-                tf.ones(1), process_set=b, name="stall.warned"), daemon=True)
-            thread.start()
-            expected = ("process set %d (ranks %s): stall: tensor 'stall.warned'"
-                        % (b.process_set_id, ", ".join(map(str, b.ranks))))
-            seen, deadline = "", time.monotonic() + 30
-            while expected not in seen and time.monotonic() < deadline:
-                time.sleep(0.05)
-                seen += capfd.readouterr().err
-            assert expected in seen, seen[-2000:]
-            assert "missing on rank(s) %d" % late in seen.split(expected)[1].split("\n")[0]
-        hvd.barrier(name="stall.warned.release")
-        if hvd.rank() == late:
-            hvd.allreduce(tf.ones(1), process_set=b, name="stall.warned")
-        if hvd.rank() == coordinator:
-            thread.join(timeout=60)
-            assert not thread.is_alive()
-        hvd.barrier(name="stall.warned.done")  # no rank shuts down while B still runs
-    finally:
-        os.environ.pop("TF_RING_STALL_CHECK_TIME_SECONDS")
-        restart(sets)

@@ -13,6 +13,7 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 import keras_cases as cases  # noqa: E402
+import keras_partial_cases as partial_cases  # noqa: E402
 import tf_ring.keras as hvd  # noqa: E402
 
 SGD = tf_keras.optimizers.SGD
@@ -81,11 +82,11 @@ def test_legacy_momentum_correction_lasts_one_batch():
 
 @pytest.mark.parametrize("sgd", [SGD, LEGACY_SGD], ids=["optimizer", "legacy_optimizer"])
 def test_partial_distributed_optimizer_keeps_local_layer(sgd):
-    cases.check_partial_optimizer(tf_keras, sgd, scale_local_gradients=True)
+    partial_cases.check_partial_optimizer(tf_keras, sgd, scale_local_gradients=True)
 
 
 def test_register_local_var_in_custom_step():
-    cases.check_register_local_var(tf_keras, SGD)
+    partial_cases.check_register_local_var(tf_keras, SGD)
 
 
 def test_horovod_optimizer_arguments():
