@@ -20,17 +20,10 @@
 #include "common/transport/hierarchical_choice.h"
 #include "common/base/message.h"
 #include "common/process_sets/process_set_change.h"
+#include "make_request.h"
 #include "unit_check.h"
 
 using namespace tf_ring;
-
-static Request MakeRequest(int rank, const std::string& name, std::vector<int64_t> shape) {
-  Request r;
-  r.rank = rank;
-  r.name = name;
-  r.shape = std::move(shape);
-  return r;
-}
 
 static void TestRequestRoundTrip() {
   RequestList list;
