@@ -271,11 +271,6 @@ def _pybind11_include():
     return pybind11.get_include()
 
 
-def _pybind11_version():
-    import pybind11
-    return pybind11.__version__
-
-
 def _tf_include(tf_compile):
     for flag in tf_compile:
         if flag.startswith("-I"):
@@ -388,6 +383,8 @@ class BuildTfRing(build_ext):
                   "-I" + os.path.join(HERE, "cc")] + mpi_compile
         python_compile = ["-O2", "-fvisibility=hidden", "-I" + environment["python_include"],
                           "-I" + _pybind11_include()]
+        import pybind11  # found by _pybind11_include above
+        python_sees = {"pybind11": pybind11.__version__}
         cache = (ObjectCache(os.environ["TF_RING_BUILD_CACHE"], cxx, [mpi_version, bool(gpu)],
                              environment["prefix"])
                  if os.environ.get("TF_RING_BUILD_CACHE") else None)
@@ -414,7 +411,7 @@ class BuildTfRing(build_ext):
             elif "cc/python" in src:
                 # The binding sees Python's and pybind11's headers, not TensorFlow's.
                 extra = python_compile
-                sees = {"pybind11": _pybind11_version()}
+                sees = python_sees
             else:
                 extra = ["-O3"] + (gpu["engine_compile"] if gpu else [])
                 sees = None  # the engine: no TensorFlow, no Python
