@@ -4,7 +4,10 @@ both sides alike (run by benchmarks/under_load.py, quiet and under load):
 
 - one 64 MB eager allreduce against mpi4py's `Allreduce`;
 - 160 gradients (21.6 MB, benchmarks/gradient_step.py's sizes) as one
-  grouped allreduce in a `tf.function`, against 160 mpi4py calls;
+  grouped allreduce in a `tf.function`, against 160 mpi4py calls: the
+  gradients read inside the function, as a training step has them
+  ("step"), and passed in as 160 arguments ("step_args", which adds
+  TensorFlow's binding of each argument);
 - a lone 4 KB eager allreduce against a TensorFlow eager `tf.identity`;
 - with --only hosts, on simulated hosts: one 64 MB eager allreduce (the
   hierarchical path) against the link floor, the time one host's link
@@ -118,21 +121,30 @@ def main():
     if "step" in which:
         arrays = [rng.random(int(n), dtype=np.float32) for n in gradient_sizes()]
         outs = [np.empty_like(a) for a in arrays]
+        # As in a training step, the gradients live inside the tf.function
+        # (read from variables: the same buffers, which the op can no more
+        # reuse in place than the arrays mpi4py gets). Passed in as 160
+        # arguments instead, TensorFlow's binding of each argument adds
+        # about 1.5 ms a call that no training step pays ("step_args").
+        params = [tf.Variable(a) for a in arrays]
         tensors = [tf.constant(a) for a in arrays]
-        grouped = tf.function(lambda ts: hvd.grouped_allreduce(ts, op=hvd.Sum, name="figures_step"))
-        check = grouped(tensors)  # correct before timed
-        for r, a, o in zip(check, arrays, outs):
-            comm.Allreduce(a, o, op=MPI.SUM)
-            np.testing.assert_allclose(r.numpy(), o, rtol=1e-5)
+        in_graph = tf.function(lambda: hvd.grouped_allreduce([v.read_value() for v in params], op=hvd.Sum,
+                                                             name="figures_step"))
+        as_args = tf.function(lambda ts: hvd.grouped_allreduce(ts, op=hvd.Sum, name="figures_step_args"))
+        for got in (in_graph(), as_args(tensors)):  # correct before timed
+            for r, a, o in zip(got, arrays, outs):
+                comm.Allreduce(a, o, op=MPI.SUM)
+                np.testing.assert_allclose(r.numpy(), o, rtol=1e-5)
         hvd.reset_stats()
 
         def separate():
             for a, o in zip(arrays, outs):
                 comm.Allreduce(a, o, op=MPI.SUM)
 
-        times = _block_times([("ring", lambda: grouped(tensors)[-1]._numpy()), ("mpi", separate)],
-                               args.blocks, 6, comm)
+        times = _block_times([("ring", lambda: in_graph()[-1]._numpy()), ("mpi", separate),
+                              ("ring_args", lambda: as_args(tensors)[-1]._numpy())], args.blocks, 6, comm)
         result["step"] = dict(_figure(times, "ring", "mpi"), stats=hvd.stats())
+        result["step_args"] = _figure(times, "ring_args", "mpi")
 
     if "4kb" in which:
         small = tf.constant(np.ones(1024, np.float32))
