@@ -57,10 +57,12 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   } else if (!resp.gpu) {
     const int64_t small_chunk_runs = shm_ ? shm_->shared_cache_runs() : 0;
     const int64_t single_copy_runs = shm_ ? shm_->single_copy_runs() : 0;
+    const int64_t kept_runs = shm_ ? shm_->kept_on_cpu_runs() : 0;
     status = Run(resp, entries, recording ? &marks_ : nullptr);
     if (shm_) stats->shm_small_chunk_batches += shm_->shared_cache_runs() - small_chunk_runs;
     ran_single_copy_ = shm_ && shm_->single_copy_runs() != single_copy_runs;
     if (ran_single_copy_) ++stats->shm_single_copy_batches;
+    if (shm_) stats->shm_kept_on_cpu_batches += shm_->kept_on_cpu_runs() - kept_runs;
     // A lost rank fails the batch with the one error elastic training recovers from.
     if (!status.ok() && PeerLost()) status = PeerLostStatus();
   }

@@ -35,6 +35,7 @@ GROUPS = {
                      "broadcast_inplace", "adasum", "horovod_args", "mismatch_errors",
                      "collective_limits", "runtime_ops", "loops", "out_of_step"], {}),
     "engine": (["cache_fusion", "shm_single_copy", "shm_staged", "shm_small", "shm_chunk_choice",
+                "shm_cpu_home",
                 "autotune", "timeline", "eager_threads",
                 "eager_inline_wait", "join",
                 "init_comm", "local_variables", "tape", "v1_session"], {}),

@@ -9,7 +9,7 @@
 namespace tf_ring {
 
 // How many values tf_ring_stats() reports (the fields below, in order).
-constexpr int kStatCount = 12;
+constexpr int kStatCount = 13;
 
 struct EngineStats {
   std::atomic<int64_t> cycles{0};
@@ -29,6 +29,9 @@ struct EngineStats {
   // Shared-memory allreduces that read the peers' tensors directly
   // (collectives/shm/shm_single_copy_allreduce.h).
   std::atomic<int64_t> shm_single_copy_batches{0};
+  // Shared-memory allreduces larger than one area whose engine thread kept
+  // to a CPU of its own while it ran (transport/cpu_placement.h).
+  std::atomic<int64_t> shm_kept_on_cpu_batches{0};
   // Not a counter: the collectives' scratch memory held now (reset leaves it).
   std::atomic<int64_t> scratch_bytes{0};
 };
@@ -37,7 +40,7 @@ struct EngineStats {
 inline void ResetCounters(EngineStats* s) {
   for (auto* c : {&s->cycles, &s->negotiations, &s->cache_hits, &s->cache_misses, &s->fused_batches,
                   &s->tensors, &s->bytes, &s->hierarchical_batches, &s->caller_finished,
-                  &s->shm_small_chunk_batches, &s->shm_single_copy_batches}) {
+                  &s->shm_small_chunk_batches, &s->shm_single_copy_batches, &s->shm_kept_on_cpu_batches}) {
     c->store(0);
   }
 }

@@ -10,13 +10,13 @@
 // measurement answers shared, apart or unknown, and is made each time
 // because a VM's vCPUs and the scheduler's choice of cores move while a
 // job runs.
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
+#include <string>
 
+#include "common/observability/logging.h"
+#include "common/transport/cpu_placement.h"
 #include "common/transport/shm_segment.h"
 
 namespace tf_ring {
@@ -50,21 +50,6 @@ constexpr int kMaxRanks = 1000;  // (peer << 6) + rounds stays below kFinal
 constexpr int kRounds = kMeetRounds + kMaxBatches * kRoundsPerBatch;
 static_assert(kRounds < 64, "a peer's rounds fit in 6 bits");
 
-// The CPUs any local rank may run on (the union of their affinity masks,
-// the same on every rank): bound one to a core each or all free to roam,
-// the ranks are oversubscribed only where this is fewer than they are.
-int CpusOfLocalRanks(MPI_Comm local_comm) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) CPU_ZERO(&set);
-  constexpr int kWords = sizeof(cpu_set_t) / sizeof(unsigned long);
-  unsigned long words[kWords];
-  std::memcpy(words, &set, sizeof(words));
-  MPI_Allreduce(MPI_IN_PLACE, words, kWords, MPI_UNSIGNED_LONG, MPI_BOR, local_comm);
-  std::memcpy(&set, words, sizeof(words));
-  return CPU_COUNT(&set);
-}
-
 // Tests only: "1" makes rank 0 answer shared, "0" apart, whatever it
 // measured, so every path can be exercised on any machine.
 int ForcedAnswer() {
@@ -78,9 +63,18 @@ void ShmSegment::AllowSharedCacheChunks(MPI_Comm local_comm, size_t bytes) {
   // With more local ranks than CPUs a ping waits for a time slice: the
   // measurement would say nothing, so such hosts keep the whole area. Every
   // input here is the same on every local rank, so is the choice: all must
-  // take part in every measurement.
-  const int cpus = CpusOfLocalRanks(local_comm);
+  // take part in every measurement. Bound one to a core each or all free
+  // to roam, the ranks are oversubscribed only where the CPUs they may use
+  // are fewer than they are.
+  const LocalCpus local_cpus = GatherLocalCpus(local_comm);
+  const int cpus = local_cpus.count;
   const bool able = bytes > 0 && bytes < area_bytes_ && size_ > 1 && size_ <= kMaxRanks && size_ <= cpus;
+  std::string why;
+  cpu_home_ = ChooseCpuHome(local_cpus, rank_, size_, &why);
+  if (LogEnabled(LogLevel::kInfo)) {
+    Log(LogLevel::kInfo, "large shared-memory allreduces keep the engine thread on: " +
+                             (cpu_home_.cpu >= 0 ? why : "no CPU in particular (" + why + ")"));
+  }
   shared_cache_chunk_bytes_ = able ? bytes : 0;
   forced_answer_ = ForcedAnswer();  // read once here, not on every large allreduce
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/transport/cpu_placement.h"
 #include "common/transport/process_liveness.h"
 #include "common/transport/single_copy_mode.h"
 
@@ -111,11 +112,18 @@ class ShmSegment {
   // and took 64 MB 9-12% faster than 4 MiB ones there (benchmarks/README.md).
   static constexpr size_t kSharedCacheChunkBytes = 1 << 20;
   size_t ChunkBytesFor(int64_t total_bytes, bool* cores_apart = nullptr);
+  // Where this rank's engine thread keeps to during such an allreduce, so
+  // the local ranks' threads cannot be stacked on one CPU (cpu_placement.h);
+  // chosen by AllowSharedCacheChunks().
+  const CpuHome& cpu_home() const { return cpu_home_; }
   // How many allreduces ChunkBytesFor() gave the small chunks, and how many
   // read their peers' tensors directly (for stats()).
   int64_t shared_cache_runs() const { return shared_cache_runs_; }
   int64_t single_copy_runs() const { return single_copy_runs_; }
   void CountSingleCopyRun() { ++single_copy_runs_; }
+  // How many allreduces kept the engine thread on cpu_home() (for stats()).
+  int64_t kept_on_cpu_runs() const { return kept_on_cpu_runs_; }
+  void CountKeptOnCpuRun() { ++kept_on_cpu_runs_; }
 
  private:
   // The AND rounds' count and slots share the counter page, each on lines
@@ -171,6 +179,8 @@ class ShmSegment {
   int forced_answer_ = -1;  // tests only: TF_RING_TEST_SHM_SHARED_CACHE, or -1
   int64_t shared_cache_runs_ = 0;
   int64_t single_copy_runs_ = 0;
+  CpuHome cpu_home_;
+  int64_t kept_on_cpu_runs_ = 0;
   SingleCopyMode single_copy_mode_ = SingleCopyMode::kNever;
   std::vector<char*> data_;
   std::vector<std::atomic<uint64_t>*> counters_;

@@ -1,6 +1,7 @@
 // Allreduce of one tensor (in place in its output) or of a fused batch
 // (packed into scratch, reduced once, unpacked).
 #include <cstring>
+#include <optional>
 
 #include "common/collectives/collectives.h"
 #include "common/collectives/shm/shm_allreduce.h"
@@ -64,7 +65,14 @@ Status RunShmAllreduce(const CollectiveContext& ctx, const Response& resp,
     return ShmAllreduce(ctx.shm, spans, spec, CrossHostAllreduce(*ctx.hosts, resp.dtype, resp.reduce_op));
   }
   // Inside one host the chunk, and whether to stage at all, suit whether
-  // the local ranks' cores share a cache (measured now: they move).
+  // the local ranks' cores share a cache (measured now: they move). An
+  // allreduce that large hands off between the ranks' threads dozens of
+  // times: each keeps to a CPU of its own meanwhile (cpu_placement.h).
+  std::optional<KeptOnHomeCpu> kept;
+  if (bytes > static_cast<int64_t>(ctx.shm->area_bytes())) {
+    kept.emplace(ctx.shm->cpu_home());
+    if (kept->kept()) ctx.shm->CountKeptOnCpuRun();
+  }
   bool cores_apart = false;
   const size_t chunk_bytes = ctx.shm->ChunkBytesFor(bytes, &cores_apart);
   if (chunk_bytes == 0) return PeerLostStatus();  // a local rank died during the measurement
