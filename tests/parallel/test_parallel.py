@@ -59,7 +59,8 @@ THREE_RANKS = {
     # join's divisor (the ranks that submitted) when it is neither 1 nor the
     # world; fusion and the cache with three peers; a sub-communicator that
     # is neither one rank nor the world; threads' names and the timeline
-    # with three ranks' events. The tape, the v1 session, local variables,
+    # with three ranks' events; engine threads kept on CPUs of their own
+    # only while there are CPUs enough (three ranks on a 2-CPU host: none). The tape, the v1 session, local variables,
     # autotune and the eager inline wait are glue around an allreduce whose
     # odd ring the collectives group proves: they run on 2 ranks only.
     "engine": "shm or join or cache_fusion or init_comm or eager_threads or timeline",
