@@ -122,3 +122,23 @@ def test_sync_batch_norm_at_top_level_loads_keras_only_when_asked(legacy):
     """ % legacy)
     assert result.returncode == 0, result.stderr
     assert "before: False" in result.stdout and "ok" in result.stdout
+
+
+def test_one_process_sparse_adam_follows_plain_keras():
+    """Without the launcher (one rank), an Embedding's IndexedSlices reach the
+    wrapped Adam as they reach plain Keras's: the same weights after 30 steps
+    (tests/parallel/ranks/keras_sparse_cases.py; 2 and 3 ranks in the Keras groups)."""
+    result = run_python("""
+        import sys
+        sys.path.insert(0, "tests/parallel/ranks")
+        import keras, tf_ring as hvd
+        import keras_sparse_cases as cases
+        hvd.init()
+        adam = lambda: keras.optimizers.Adam(cases.LR)
+        for mode in ("fit", "loop"):
+            cases.check_sparse_adam_trajectory(keras, adam, mode, dense_differs=True)
+        cases.check_sparse_adam_under_loss_scaling(keras, adam)
+        print("sparse trajectories match")
+    """, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sparse trajectories match" in result.stdout

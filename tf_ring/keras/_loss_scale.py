@@ -27,7 +27,7 @@ import tensorflow as tf
 from tf_ring.collectives import ops
 from tf_ring.keras import _xla
 from tf_ring.runtime.process_set import global_process_set
-from tf_ring.training.gradient_reduction import to_dense
+from tf_ring.training.gradient_reduction import kept_as_the_optimizer_gets_them
 
 
 def gradients_for_check(optimizer, grads, variables):
@@ -35,7 +35,7 @@ def gradients_for_check(optimizer, grads, variables):
     none; `reduced` is True when they are already reduced, so the inner step
     must apply them as they are (False: it reduces them itself)."""
     settings = optimizer._tf_ring_settings
-    grads = [None if g is None else to_dense(g) for g in grads]
+    grads = kept_as_the_optimizer_gets_them(grads, settings.accumulator is not None)
     if settings.accumulator is None:
         grads = settings.reducer.reduce(grads, variables)
         own = [g for g, v in zip(grads, variables)
@@ -51,16 +51,26 @@ def gradients_for_check(optimizer, grads, variables):
 
 
 def _non_finite_everywhere_if_anywhere(grads, own, process_set):
-    finite_here = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in own])
+    finite_here = tf.reduce_all([tf.reduce_all(tf.math.is_finite(_values(g))) for g in own])
     # Issued on every rank, every step, outside any branch.
     finite_everywhere = ops.allreduce(tf.cast(finite_here, tf.int32), op=ops.Min,
                                       name="tf_ring.keras.loss_scale.all_finite",
                                       process_set=process_set) > 0
 
     def poisoned(g):
-        return g + tf.where(finite_everywhere, tf.zeros([], g.dtype), tf.constant(np.nan, g.dtype))
+        values = _values(g)
+        values = values + tf.where(finite_everywhere, tf.zeros([], values.dtype),
+                                   tf.constant(np.nan, values.dtype))
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(values, g.indices, g.dense_shape)
+        return values
 
     return [None if g is None else poisoned(g) for g in grads]
+
+
+def _values(grad):
+    """The numbers of a gradient: an IndexedSlices' values, or the tensor."""
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
 
 class PreReduced:

@@ -18,7 +18,7 @@ from tf_ring.keras import _flavor, _powersgd, _xla
 from tf_ring.keras._aggregation import LocalGradientAccumulator
 from tf_ring.keras._loss_scale import PreReduced, install_keras3_hook, tf_keras_aggregate
 from tf_ring.runtime.process_set import global_process_set
-from tf_ring.training.gradient_reduction import GradientReducer, to_dense
+from tf_ring.training.gradient_reduction import GradientReducer, kept_as_the_optimizer_gets_them
 from tf_ring.training.gradient_settings import PER_GRADIENT, gradient_settings
 from tf_ring.training.tape import local_layer_variables
 
@@ -75,7 +75,7 @@ def _keras3_subclass(base):
             else:
                 trainable_variables = list(trainable_variables)
                 variables = trainable_variables
-            grads = [None if g is None else to_dense(g) for g in grads]
+            grads = kept_as_the_optimizer_gets_them(grads, settings.accumulator is not None)
             if settings.reduced_by_caller:
                 return base.apply(self, grads, trainable_variables)
             if settings.accumulator is None:
@@ -101,7 +101,7 @@ def _keras3_subclass(base):
 
 def _reduce_and_apply_gradients(optimizer, base, pairs, args, kwargs):
     settings = optimizer._tf_ring_settings
-    grads = [None if g is None else to_dense(g) for g, _ in pairs]
+    grads = kept_as_the_optimizer_gets_them([g for g, _ in pairs], settings.accumulator is not None)
     variables = [v for _, v in pairs]
     _powersgd.build_state(optimizer, variables)  # not inside the tf.cond below
     if settings.accumulator is None:
@@ -198,8 +198,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     compression: an object with compress(tensor) -> (tensor, ctx) and
       decompress(tensor, ctx), such as tf_ring.Compression.fp16; Compression.none
       (or None) sends full precision.
-    sparse_as_dense: IndexedSlices gradients become dense tensors before the
-      allreduce (this version densifies them in any case).
+    sparse_as_dense: IndexedSlices gradients (an Embedding's) become dense
+      tensors before the allreduce. Without it they are reduced through
+      allgather and reach the wrapped optimizer as IndexedSlices, as they
+      would without tf_ring (its sparse update math, e.g. Adam's, unchanged);
+      they are densified anyway with backward_passes_per_step > 1 and
+      inside XLA (docs/keras.md, "Sparse gradients").
     gradient_predivide_factor: with op=Average, gradients are scaled by 1/f
       before the sum and f/size after it (ignored for Sum, as in Horovod).
     backward_passes_per_step: sum gradients locally over this many calls and

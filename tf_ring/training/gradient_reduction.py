@@ -43,6 +43,19 @@ def to_dense(grad):
     return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad
 
 
+def kept_as_the_optimizer_gets_them(grads, summed_over_passes):
+    """The gradients a wrapped optimizer reduces: tf.IndexedSlices stay sparse,
+    so the user's optimizer applies them as it would without tf_ring (Keras's
+    Adam, for one, squares each sparse row before adding repeats, which a
+    dense gradient cannot reproduce). Densified only where tf_ring must hold
+    them dense: summed over backward passes (the sums are dense variables),
+    or inside XLA, where allgather needs the same row count on every rank
+    and a final, smaller batch would break the compiled step."""
+    if summed_over_passes or tracing_under_xla():
+        return [None if g is None else to_dense(g) for g in grads]
+    return list(grads)
+
+
 class GradientReducer:
     """Reduces lists of gradients with one GradientSettings; `name` names
     the collectives that eager mode cannot name from the graph."""

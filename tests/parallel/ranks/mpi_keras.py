@@ -7,6 +7,7 @@ import keras
 import pytest
 
 import keras_cases as cases
+import keras_sparse_cases as sparse_cases
 import keras_partial_cases as partial_cases
 
 SGD = keras.optimizers.SGD
@@ -25,6 +26,17 @@ def test_custom_training_loop_matches_single_process():
 @pytest.mark.parametrize("sparse_as_dense", [False, True])
 def test_embedding_gradients(sparse_as_dense):
     cases.check_sparse_gradients(keras, SGD, sparse_as_dense)
+
+
+@pytest.mark.parametrize("mode", ["fit", "loop"])
+def test_sparse_adam_follows_plain_keras(mode):
+    sparse_cases.check_sparse_adam_trajectory(keras, lambda: keras.optimizers.Adam(sparse_cases.LR),
+                                              mode, dense_differs=True)
+
+
+def test_sparse_adam_under_loss_scaling_follows_plain_keras():
+    sparse_cases.check_sparse_adam_under_loss_scaling(
+        keras, lambda: keras.optimizers.Adam(sparse_cases.LR))
 
 
 def test_compression_object_is_used():

@@ -13,6 +13,7 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 import keras_cases as cases  # noqa: E402
+import keras_sparse_cases as sparse_cases  # noqa: E402
 import keras_partial_cases as partial_cases  # noqa: E402
 import tf_ring.keras as hvd  # noqa: E402
 
@@ -37,6 +38,20 @@ def test_custom_training_loop_matches_single_process():
 @pytest.mark.parametrize("sparse_as_dense", [False, True])
 def test_embedding_gradients(sparse_as_dense):
     cases.check_sparse_gradients(tf_keras, SGD, sparse_as_dense)
+
+
+@pytest.mark.parametrize("mode", ["fit", "loop"])
+@pytest.mark.parametrize("adam", [tf_keras.optimizers.Adam, tf_keras.optimizers.legacy.Adam],
+                         ids=["optimizer", "legacy_optimizer"])
+def test_sparse_adam_follows_plain_keras(adam, mode):
+    # tf_keras's Adam sums repeated rows before its update: sparse and dense agree there.
+    sparse_cases.check_sparse_adam_trajectory(tf_keras, lambda: adam(sparse_cases.LR), mode,
+                                              dense_differs=False)
+
+
+def test_sparse_adam_under_loss_scaling_follows_plain_keras():
+    sparse_cases.check_sparse_adam_under_loss_scaling(
+        tf_keras, lambda: tf_keras.optimizers.Adam(sparse_cases.LR))
 
 
 def test_optimizer_keeps_class_and_config():
