@@ -214,6 +214,28 @@ def test_keras_layers_train_identically_on_every_rank():
             np.testing.assert_array_equal(a, b)
 
 
+def test_keras_module_has_the_custom_loop_helpers():
+    """What scripts moving from horovod.tensorflow.keras reach for: the same
+    objects as tf_ring's, working on every rank."""
+    import tf_ring.keras as hvd_keras
+    assert hvd_keras.DistributedGradientTape is hvd.DistributedGradientTape
+    assert hvd_keras.barrier is hvd.barrier
+    assert hvd_keras.broadcast_variables is hvd.broadcast_variables
+    variable = tf.Variable([float(hvd.rank())] * 2)
+    hvd_keras.broadcast_variables([variable], root_rank=hvd.size() - 1)
+    np.testing.assert_array_equal(variable.numpy(), [hvd.size() - 1.0] * 2)
+    hvd_keras.barrier()
+    weights = make_mlp_weights()
+    x, y = next(batches())
+    with tf.GradientTape() as tape:
+        loss = mlp_loss(weights, my_share(x), my_share(y))
+    grads = hvd_keras.DistributedGradientTape(tape).gradient(loss, weights[:3])
+    with tf.GradientTape() as whole:
+        whole_loss = mlp_loss(weights, x, y)
+    for got, want in zip(grads, whole.gradient(whole_loss, weights[:3])):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_wrapping_something_else_is_a_clear_error():
     with pytest.raises(TypeError, match="wraps a tf.GradientTape"):
         hvd.DistributedGradientTape(object())
