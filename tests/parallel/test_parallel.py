@@ -60,10 +60,13 @@ THREE_RANKS = {
     # world; fusion and the cache with three peers; a sub-communicator that
     # is neither one rank nor the world; threads' names and the timeline
     # with three ranks' events; engine threads kept on CPUs of their own
-    # only while there are CPUs enough (three ranks on a 2-CPU host: none). The tape, the v1 session, local variables,
+    # only while there are CPUs enough (three ranks on a 2-CPU host: none);
+    # the tape's accumulated passes, whose sums three ranks average. The
+    # rest of the tape, the v1 session, local variables,
     # autotune and the eager inline wait are glue around an allreduce whose
     # odd ring the collectives group proves: they run on 2 ranks only.
-    "engine": "shm or join or cache_fusion or init_comm or eager_threads or timeline",
+    "engine": ("shm or join or cache_fusion or init_comm or eager_threads or timeline"
+               " or backward_passes"),
     # Sets that are neither one rank nor the world exist only from 3 ranks on.
     "process_sets": None,
     # The newest commit on a rank that is neither rank 0 nor its only peer;
