@@ -43,10 +43,10 @@ GROUPS = {
                       "process_sets_idle"], {}),
     "elastic": (["elastic_state", "elastic_data", "elastic_mirror"], {}),
     "keras": (["keras", "keras_mixed_precision", "keras_warmup_and_load", "keras_xla",
-               "sync_batch_norm", "compression"], KERAS_ENV),
+               "sync_batch_norm", "compression", "keras_stop"], KERAS_ENV),
     "tf_keras": (["tf_keras", "tf_keras_mixed_precision", "tf_keras_warmup_and_load",
                   "tf_keras_xla", "sync_batch_norm_tf_keras", "elastic_tf_keras",
-                  "compression_tf_keras"], KERAS_ENV),
+                  "compression_tf_keras", "tf_keras_stop"], KERAS_ENV),
 }
 
 
@@ -73,8 +73,9 @@ THREE_RANKS = {
     # shards of three ranks' steps.
     "elastic": None,
     # A rank outside the training process set, and Adasum refused for a count
-    # that is no power of two (under XLA too): neither happens on 2 ranks.
-    "keras": "process_set or adasum",
+    # that is no power of two (under XLA too): neither happens on 2 ranks;
+    # a stop on the last of three ranks, whose neighbours both go on.
+    "keras": "process_set or adasum or stop_inside",
     "tf_keras": "process_set or adasum",
 }
 
