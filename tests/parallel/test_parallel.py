@@ -43,10 +43,10 @@ GROUPS = {
                       "process_sets_idle"], {}),
     "elastic": (["elastic_state", "elastic_data", "elastic_mirror"], {}),
     "keras": (["keras", "keras_mixed_precision", "keras_warmup_and_load", "keras_xla",
-               "sync_batch_norm", "compression"], KERAS_ENV),
+               "sync_batch_norm", "compression", "keras_stop"], KERAS_ENV),
     "tf_keras": (["tf_keras", "tf_keras_mixed_precision", "tf_keras_warmup_and_load",
                   "tf_keras_xla", "sync_batch_norm_tf_keras", "elastic_tf_keras",
-                  "compression_tf_keras"], KERAS_ENV),
+                  "compression_tf_keras", "tf_keras_stop"], KERAS_ENV),
 }
 
 
@@ -60,20 +60,24 @@ THREE_RANKS = {
     # world; fusion and the cache with three peers; a sub-communicator that
     # is neither one rank nor the world; threads' names and the timeline
     # with three ranks' events; engine threads kept on CPUs of their own
-    # only while there are CPUs enough (three ranks on a 2-CPU host: none). The tape, the v1 session, local variables,
+    # only while there are CPUs enough (three ranks on a 2-CPU host: none);
+    # the tape's accumulated passes, whose sums three ranks average. The
+    # rest of the tape, the v1 session, local variables,
     # autotune and the eager inline wait are glue around an allreduce whose
     # odd ring the collectives group proves: they run on 2 ranks only.
-    "engine": "shm or join or cache_fusion or init_comm or eager_threads or timeline",
+    "engine": ("shm or join or cache_fusion or init_comm or eager_threads or timeline"
+               " or backward_passes"),
     # Sets that are neither one rank nor the world exist only from 3 ranks on.
     "process_sets": None,
     # The newest commit on a rank that is neither rank 0 nor its only peer;
     # shards of three ranks' steps.
     "elastic": None,
     # A rank outside the training process set, and Adasum refused for a count
-    # that is no power of two (under XLA too): neither happens on 2 ranks.
+    # that is no power of two (under XLA too): neither happens on 2 ranks;
+    # a stop on the last of three ranks, whose neighbours both go on.
     # Sparse gradients gathered from three ranks' rows follow plain Keras on
     # the global batch (an uneven count of repeated rows per token).
-    "keras": "process_set or adasum or sparse_adam",
+    "keras": "process_set or adasum or stop_inside or sparse_adam",
     "tf_keras": "process_set or adasum or sparse_adam",
 }
 

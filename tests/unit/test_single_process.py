@@ -142,3 +142,22 @@ def test_one_process_sparse_adam_follows_plain_keras():
     """, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sparse trajectories match" in result.stdout
+
+
+def test_collectives_of_eager_tensors_captured_by_a_tf_function():
+    """An eager tensor made outside a tf.function and used in it has no
+    Tensor.name under eager execution; the automatic name must not read it."""
+    result = run_python("""
+        import tensorflow as tf, tf_ring as hvd
+        hvd.init()
+        x, y = tf.constant([1.0, 2.0]), tf.constant([[3, 4]])
+
+        @tf.function
+        def step():
+            return (hvd.allreduce(x), hvd.allreduce(x, op=hvd.Sum), hvd.broadcast(x, 0),
+                    hvd.allgather(y), hvd.reducescatter(x))
+
+        print("OUT", [t.numpy().tolist() for t in step()])
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OUT [[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [[3, 4]], [1.0, 2.0]]" in result.stdout

@@ -21,6 +21,8 @@ REDUCE_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Produ
                     Adasum: "Adasum"}
 ADASUM_DTYPES = (tf.float16, tf.float32, tf.float64)
 
+_EAGER_TENSOR = type(tf.constant(0))  # TensorFlow's EagerTensor class, not exported
+
 REDUCE_DTYPES = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
                  tf.bfloat16, tf.float32, tf.float64)
 MOVE_DTYPES = REDUCE_DTYPES + (tf.bool,)
@@ -37,10 +39,22 @@ def auto_name(prefix, tensor, name):
     In graphs (tf.function, v1) the tensor's own name is stable and identical
     on every rank running the same code. Eagerly there is no such name: the
     op and the calling thread stand in (see _eager_names).
+
+    An eager tensor made outside a tf.function and used inside it has no name
+    (Tensor.name raises under eager execution); the op captures it as a
+    placeholder named after the eager tensor's process-wide id, which differs
+    between ranks that ran different eager ops before. It is named by its
+    place in the graph instead: prefix_captured, prefix_captured_1, ... in the
+    order the function's code reaches them, the same on every rank.
     """
     if tf.executing_eagerly():
         return normalize_name(name) if name else eager_name(prefix)
-    base = normalize_name(name) if name else "%s_%s" % (prefix, normalize_name(tensor.name))
+    if name:
+        base = normalize_name(name)
+    elif isinstance(tensor, _EAGER_TENSOR):
+        base = prefix + "_captured"
+    else:
+        base = "%s_%s" % (prefix, normalize_name(tensor.name))
     return unique_in_graph(base)
 
 

@@ -4,13 +4,12 @@ import tensorflow as tf
 from tf_ring.collectives._allgather_op import allgather
 from tf_ring.collectives._eager_names import eager_name
 from tf_ring.runtime._library import OPS
-from tf_ring.collectives._op_common import (MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, Max, Min,
+from tf_ring.collectives._op_common import (_EAGER_TENSOR, MOVE_DTYPES, REDUCE_DTYPES, Adasum, Average, Max, Min,
                                             Product, Sum, as_tensor, auto_name, check_adasum,
                                             check_dtype, resolve_op)
 from tf_ring.runtime.process_set import global_process_set, process_set_id_of
 from tf_ring.collectives.sparse import allreduce_indexed_slices
 
-_EAGER_TENSOR = type(tf.constant(0))  # TensorFlow's EagerTensor class, not exported
 # op= values the fast path takes, and what each means (None: the default, Average).
 # Adasum has checks of its own.
 _PLAIN_OPS = {None: Average, Sum: Sum, Average: Average, Min: Min, Max: Max, Product: Product}

@@ -42,3 +42,12 @@ from tf_ring.runtime.process_set import (ProcessSet, add_process_set, global_pro
                                          remove_process_set)
 
 __all__ += ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"]
+
+# What scripts moving from horovod.tensorflow.keras reach for in custom loops:
+# the same objects as tf_ring's (one engine, one barrier).
+from tf_ring.collectives.runtime_ops import barrier  # noqa: E402
+from tf_ring.collectives.variables import broadcast_variables  # noqa: E402
+from tf_ring.training.tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: E402
+
+__all__ += ["barrier", "broadcast_variables", "DistributedGradientTape",
+            "PartialDistributedGradientTape"]

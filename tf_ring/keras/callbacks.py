@@ -12,7 +12,7 @@ import tensorflow as tf
 from tf_ring.runtime import basics
 from tf_ring.collectives import ops
 from tf_ring.training.gradient_reduction import variable_key
-from tf_ring.keras import _flavor, _xla
+from tf_ring.keras import _flavor, _stop_agreement, _xla
 from tf_ring.keras._broadcast import broadcast_variables
 from tf_ring.keras._checkpoint import BestModelCheckpoint  # noqa: F401 (exported here)
 from tf_ring.keras._learning_rate import MomentumCorrection, get_learning_rate, set_learning_rate
@@ -27,6 +27,9 @@ class _TfRingCallback(_Callback):
         # Keras calls set_model before it builds the train function; XLA
         # goes off only where the step cannot compile (build without lowering).
         _xla.keep_jit_only_if_compilable(model)
+        # A stop on any rank stops fit() on all (see _stop_agreement).
+        _stop_agreement.hook_after_callbacks(model, getattr(self, "process_set",
+                                                            global_process_set))
 
 
 class BroadcastGlobalVariablesCallback(_TfRingCallback):

@@ -73,8 +73,12 @@ class PowerSGD(tf.Module):
     rank: r, the rank of the approximation (PyTorch: matrix_approximation_rank,
       accepted as that name too). Higher sends more and approximates better.
     start_powerSGD_iter: reductions sent uncompressed before compression
-      starts (a warm-up; PyTorch's default, 1000). Counted per reduction, so
-      with backward_passes_per_step=k a reduction is k passes.
+      starts (a warm-up; PyTorch's default, 1000). By default the first 1000
+      steps are NOT compressed: a short run may never compress at all; pass
+      0 to compress from the first step. Counted per reduction, so with
+      backward_passes_per_step=k a reduction is k passes. Rank 0 logs (INFO,
+      tf_ring's logger) the warm-up when the reduction is first built, and,
+      eagerly, the step where compression starts.
     min_compression_rate: a matrix is compressed only when its size divided
       by the size of its factors, n*m / ((n + m) * r), is at least this; the
       others go uncompressed with the vectors. Below 1 compresses matrices
@@ -408,10 +412,15 @@ class PowerSGDState:
                                         scale, done)
 
         start = self.settings.start_powerSGD_iter
+        self._log_warmup_once(start)
         if start == 0:
             reduced = compressed()
         elif tf.executing_eagerly():
-            reduced = uncompressed() if int(done.numpy()) < start else compressed()
+            steps = int(done.numpy())
+            if steps == start:
+                _log_on_rank_0("PowerSGD: compression starts at reduction %d, after %d "
+                               "uncompressed ones (start_powerSGD_iter)", steps + 1, start)
+            reduced = uncompressed() if steps < start else compressed()
         else:
             # The counter is the same on every rank, so every rank takes the same branch.
             reduced = tf.cond(done < start, uncompressed, compressed)
@@ -421,6 +430,14 @@ class PowerSGDState:
         for i, out in zip(present, reduced):
             results[i] = out
         return results
+
+    def _log_warmup_once(self, start):
+        if start and not getattr(self, "_warmup_logged", False):
+            self._warmup_logged = True
+            _log_on_rank_0("PowerSGD: the first %d reductions are sent uncompressed "
+                           "(start_powerSGD_iter=%d, the default being 1000); compression "
+                           "starts after them. Pass start_powerSGD_iter=0 to compress from "
+                           "the start.", start, start)
 
     def steps_done(self):
         """Reductions done before this one, an int64 tensor."""
@@ -473,3 +490,10 @@ class PowerSGDState:
             tf.constant([self.settings.random_seed, slots.index], tf.int64), done)
         return tf.random.stateless_normal([slots.m, self.settings.rank], seed=seed,
                                           dtype=slots.dtype)
+
+
+def _log_on_rank_0(message, *args):
+    from tf_ring.runtime import basics
+    from tf_ring.runtime._logging import get_logger
+    if not basics.is_initialized() or basics.rank() == 0:
+        get_logger().info(message, *args)

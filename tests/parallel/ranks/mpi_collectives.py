@@ -142,6 +142,30 @@ def test_tf_function_unnamed_ops_and_allgather_shape():
     np.testing.assert_array_equal(bcast.numpy(), np.zeros((2, 2)))
 
 
+def test_tf_function_of_tensors_captured_from_outside():
+    """Eager tensors made outside a tf.function and used in it (captured
+    constants) have no name of their own; their placeholders are named after
+    a process-wide id that differs here between ranks (each rank makes a
+    different number of eager tensors first). The collectives must still pair up and reduce."""
+    for _ in range(7 * hvd.rank()):
+        tf.constant(0.0) + 1.0  # uneven eager history: ids shift per rank
+    inputs = all_inputs((4,), tf.float32, seed=61)
+    others = all_inputs((3,), tf.float32, seed=62)
+    x, y = tf.constant(inputs[hvd.rank()]), tf.constant(others[hvd.rank()])
+
+    @tf.function
+    def step():
+        return (hvd.allreduce(x, op=hvd.Sum), hvd.allreduce(y, op=hvd.Max),
+                hvd.allgather(tf.reshape(x, [1, 4])), hvd.broadcast(y, root_rank=hvd.size() - 1))
+
+    for _ in range(2):
+        total, biggest, gathered, root_y = step()
+        check_close(total, expected_reduction(inputs, hvd.Sum, tf.float32), tf.float32)
+        check_close(biggest, expected_reduction(others, hvd.Max, tf.float32), tf.float32)
+        np.testing.assert_array_equal(gathered.numpy(), np.stack(inputs))
+        np.testing.assert_array_equal(root_y.numpy(), others[-1])
+
+
 def test_v1_graph_session():
     with tf.Graph().as_default():
         x = tf.compat.v1.placeholder(tf.float32, shape=[3])

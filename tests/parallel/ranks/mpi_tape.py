@@ -214,6 +214,123 @@ def test_keras_layers_train_identically_on_every_rank():
             np.testing.assert_array_equal(a, b)
 
 
+PASSES = 3
+
+
+def micro_batches(count, seed=5):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        yield (rng.normal(size=(BATCH, 5)).astype(np.float32),
+               rng.normal(size=(BATCH, 1)).astype(np.float32))
+
+
+def accumulated_reference(count, average):
+    """One process on whole micro-batches: the gradients of PASSES of them
+    summed (divided by PASSES when average), then one SGD step."""
+    weights = make_mlp_weights()
+    sums = None
+    for k, (x, y) in enumerate(micro_batches(count)):
+        with tf.GradientTape() as tape:
+            loss = mlp_loss(weights, x, y)
+        grads = [None if g is None else g.numpy() for g in tape.gradient(loss, weights)]
+        sums = grads if sums is None else [None if s is None else s + g
+                                           for s, g in zip(sums, grads)]
+        if (k + 1) % PASSES == 0:
+            sgd(weights, [None if s is None else tf.constant(s / (PASSES if average else 1))
+                          for s in sums])
+            sums = None
+    return [w.numpy() for w in weights]
+
+
+@pytest.mark.parametrize("average", [False, True], ids=["sum", "average"])
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "function"])
+def test_backward_passes_per_step_matches_single_process_accumulation(average, in_function):
+    """A new tape and wrapper at every pass (as a loop writes it) keep one
+    running sum; every PASSES-th gradient() reduces it, the others give zeros."""
+    weights = make_mlp_weights()
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = mlp_loss(weights, x, y)
+        dtape = hvd.DistributedGradientTape(tape, backward_passes_per_step=PASSES,
+                                            average_aggregated_gradients=average)
+        grads = dtape.gradient(loss, weights)
+        if dtape.reduced_this_pass:
+            sgd(weights, grads)
+        return dtape.reduced_this_pass, grads
+
+    if in_function:
+        step = tf.function(step)
+    flags = []
+    for k, (x, y) in enumerate(micro_batches(2 * PASSES)):
+        reduced, grads = step(my_share(x), my_share(y))
+        flags.append(bool(reduced))
+        assert grads[3] is None
+        if not flags[-1]:
+            for grad in grads[:3]:
+                np.testing.assert_array_equal(grad.numpy(), np.zeros(grad.shape))
+    assert flags == [False] * (PASSES - 1) + [True] + [False] * (PASSES - 1) + [True]
+    assert_same_weights(weights, accumulated_reference(2 * PASSES, average))
+
+
+def test_backward_passes_of_an_embedding_are_summed_dense():
+    weights = make_embedding_weights()
+
+    @tf.function
+    def step(ids, y):
+        with tf.GradientTape() as tape:
+            loss = embedding_loss(weights, ids, y)
+        dtape = hvd.DistributedGradientTape(tape, backward_passes_per_step=2)
+        grads = dtape.gradient(loss, weights)
+        if dtape.reduced_this_pass:
+            sgd(weights, grads)
+
+    for ids, y in embedding_batches():
+        step(my_share(ids), my_share(y))
+
+    reference = make_embedding_weights()
+    sums = None
+    for k, (ids, y) in enumerate(embedding_batches()):
+        with tf.GradientTape() as tape:
+            loss = embedding_loss(reference, ids, y)
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, reference)]
+        sums = grads if sums is None else [s + g for s, g in zip(sums, grads)]
+        if k % 2 == 1:
+            sgd(reference, sums)
+            sums = None
+    assert_same_weights(weights, [w.numpy() for w in reference])
+
+
+def test_backward_passes_per_step_must_be_a_positive_integer():
+    with tf.GradientTape() as tape:
+        pass
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="backward_passes_per_step must be an integer >= 1"):
+            hvd.DistributedGradientTape(tape, backward_passes_per_step=bad)
+
+
+def test_keras_module_has_the_custom_loop_helpers():
+    """What scripts moving from horovod.tensorflow.keras reach for: the same
+    objects as tf_ring's, working on every rank."""
+    import tf_ring.keras as hvd_keras
+    assert hvd_keras.DistributedGradientTape is hvd.DistributedGradientTape
+    assert hvd_keras.barrier is hvd.barrier
+    assert hvd_keras.broadcast_variables is hvd.broadcast_variables
+    variable = tf.Variable([float(hvd.rank())] * 2)
+    hvd_keras.broadcast_variables([variable], root_rank=hvd.size() - 1)
+    np.testing.assert_array_equal(variable.numpy(), [hvd.size() - 1.0] * 2)
+    hvd_keras.barrier()
+    weights = make_mlp_weights()
+    x, y = next(batches())
+    with tf.GradientTape() as tape:
+        loss = mlp_loss(weights, my_share(x), my_share(y))
+    grads = hvd_keras.DistributedGradientTape(tape).gradient(loss, weights[:3])
+    with tf.GradientTape() as whole:
+        whole_loss = mlp_loss(weights, x, y)
+    for got, want in zip(grads, whole.gradient(whole_loss, weights[:3])):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_wrapping_something_else_is_a_clear_error():
     with pytest.raises(TypeError, match="wraps a tf.GradientTape"):
         hvd.DistributedGradientTape(object())
