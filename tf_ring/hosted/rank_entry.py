@@ -17,6 +17,14 @@ FUNCTION_ENV = env_names.HOSTED_FUNCTION  # the endpoint of the driver's functio
 
 def main():
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    try:
+        return _run(rank)
+    except (frames.ChannelError, OSError) as e:  # the driver is gone, frozen or not the driver
+        raise SystemExit("tf_ring: rank %d lost the driver's function service (%s): %s"
+                         % (rank, os.environ.get(FUNCTION_ENV), e))
+
+
+def _run(rank):
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
     world = int(os.environ.get(WORLD_ENV, "0"))  # an elastic job's relaunch count
     channel = frames.connect(os.environ[FUNCTION_ENV], os.environ[frames.SECRET_ENV],
