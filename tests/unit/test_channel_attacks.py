@@ -316,7 +316,6 @@ def test_junk_after_the_proof_costs_a_service_at_most_a_piece_per_connection():
             sock.sendall(struct.pack(">cIQ", b"r", sealed_frames.PIECE, 0) + junk[:held])
         time.sleep(1.0)
         grown = _rss_kib(service.pid) - before
-        print("the function service grew by %d KiB" % grown)
         assert grown < 8 * 1024 + 8 * 1024, "grew by %d KiB" % grown  # 8 pieces, and slack
         for sock in socks[:8]:
             sock.settimeout(5)

@@ -2,16 +2,18 @@
 exact reads that allocate no more than they are asked for, and that give
 up once the peer has sent nothing at all for the allowed silence.
 
-The socket stays blocking (other threads send on it with sendall): a read
-tries a non-blocking recv first and waits in poll() only when nothing is
-there, so the silence is measured where the reader waits for the peer, not
-while its own consumer is busy. Standard library only."""
-import select
+The socket stays blocking (other threads send on it with sendall); its
+receive timeout (SO_RCVTIMEO, which leaves sends alone) is the allowed
+silence, so a read that gets no byte for that long fails, one that gets
+some goes on: the silence is measured where the reader waits for the
+peer, not while its own consumer is busy. Standard library only."""
 import socket
+import struct
 
 from tf_ring.plumbing.channel_errors import ChannelError, PeerClosed
 
 _SMALL = 1 << 16  # reads up to this go through one buffer (a frame's head, small frames)
+_TIMEVAL = struct.Struct("ll")  # Linux's struct timeval
 
 
 class FrameWire:
@@ -19,8 +21,7 @@ class FrameWire:
         """`allowed_silence()`: the seconds the peer may stay silent now."""
         self.sock, self._allowed = sock, allowed_silence
         self._buffer = bytearray()
-        self._poller = select.poll()
-        self._poller.register(sock, select.POLLIN)
+        self._timeout = None  # the SO_RCVTIMEO set now
 
     def read(self, count, at_boundary=False):
         """Exactly `count` bytes (a bytearray of that size, nothing larger):
@@ -29,7 +30,10 @@ class FrameWire:
         for a frame cut short or a silent peer."""
         if count <= _SMALL:
             while len(self._buffer) < count:
-                self._fill(_SMALL, at_boundary and not self._buffer)
+                chunk = self._receive(self.sock.recv, _SMALL)
+                if not chunk:
+                    raise _closed(at_boundary and not self._buffer)
+                self._buffer += chunk
             data = self._buffer[:count]
             del self._buffer[:count]
             return data
@@ -38,35 +42,23 @@ class FrameWire:
         out[:got] = self._buffer
         self._buffer = bytearray()
         view = memoryview(out)
-        while got < count:
-            got += self._receive_into(view[got:])
+        while got < count:  # most often one call: the kernel waits for all of it
+            n = self._receive(self.sock.recv_into, view[got:], count - got, socket.MSG_WAITALL)
+            if not n:
+                raise _closed(False)
+            got += n
         return out
 
-    def _fill(self, size, at_boundary):
-        while True:
-            try:
-                chunk = self.sock.recv(size, socket.MSG_DONTWAIT)
-                break
-            except BlockingIOError:
-                self._wait()
-        if not chunk:
-            raise _closed(at_boundary)
-        self._buffer += chunk
-
-    def _receive_into(self, view):
-        while True:
-            try:
-                n = self.sock.recv_into(view, len(view), socket.MSG_DONTWAIT)
-                break
-            except BlockingIOError:
-                self._wait()
-        if not n:
-            raise _closed(False)
-        return n
-
-    def _wait(self):
+    def _receive(self, call, *args):
         allowed = self._allowed()
-        if not self._poller.poll(int(allowed * 1000) + 1):
+        if allowed != self._timeout:
+            seconds = int(allowed)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                                 _TIMEVAL.pack(seconds, int((allowed - seconds) * 1e6)))
+            self._timeout = allowed
+        try:
+            return call(*args)
+        except BlockingIOError:  # not a byte for the whole timeout
             raise ChannelError("nothing from the peer for %.3g s, not even a heartbeat (a frozen, "
                                "hung or cut-off process)" % allowed, "silent")
 

@@ -283,7 +283,7 @@ class SealedChannel:
                                    % (total, self.proven_limit), "oversized")
             pieces.append(piece)
             if kind != MORE:
-                return kind, pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                return kind, bytes(piece) if len(pieces) == 1 else b"".join(pieces)
 
     def _read_piece(self, wire):
         head = wire.read(_HEAD.size, at_boundary=True)
@@ -291,9 +291,10 @@ class SealedChannel:
         if length > min(PIECE, self.proven_limit):
             raise ChannelError("a frame of %d bytes (at most %d here)"
                                % (length, min(PIECE, self.proven_limit)), "oversized")
-        rest = memoryview(wire.read(_SEQ.size + length + _MAC_SIZE))
-        seq, payload, mac = rest[:_SEQ.size], rest[_SEQ.size:-_MAC_SIZE], rest[-_MAC_SIZE:]
-        if not hmac.compare_digest(mac, _mac(self._keys[1], bytes(head) + seq, payload)):
+        seq = bytes(wire.read(_SEQ.size))
+        body = wire.read(length + _MAC_SIZE)  # the payload and its MAC
+        expected = _mac(self._keys[1], bytes(head) + seq, memoryview(body)[:length])
+        if not hmac.compare_digest(body[length:], expected):
             raise ChannelError("a frame whose MAC is wrong (not from the peer that proved "
                                "the secret)", "mac")
         number = _SEQ.unpack(seq)[0]
@@ -301,7 +302,8 @@ class SealedChannel:
             raise ChannelError("frame %d where %d was due (replayed or reordered)"
                                % (number, self._received), "sequence")
         self._received += 1
-        return kind, bytes(payload)
+        del body[length:]  # in place: the payload, not copied
+        return kind, body
 
     def _read(self, count):
         """Exactly `count` bytes before the seal, within the handshake's deadline."""
