@@ -296,7 +296,8 @@ def test_junk_after_the_proof_costs_a_service_at_most_a_piece_per_connection():
     of the latter, nothing for the former."""
     service = subprocess.Popen([sys.executable, os.path.join(HERE, "frozen_party.py"),
                                 "function-service", "1"], stdout=subprocess.PIPE, text=True,
-                               env=dict(os.environ, TF_RING_HOSTED_SECRET=SECRET, PYTHONPATH=_repo()))
+                               env=dict(os.environ, TF_RING_HOSTED_SECRET=SECRET,
+                                        PYTHONPATH=_repo()))
     socks = []
     try:
         endpoint = service.stdout.readline().split()[1]

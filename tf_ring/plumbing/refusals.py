@@ -29,7 +29,7 @@ class Refusals:
                 return
             self._logged_at = now
             count = self.count
-        LOGGER.warning("tf_ring %s service: dropped a connection from %s: %s (%d refused or dropped "
-                       "so far)",
+        LOGGER.warning("tf_ring %s service: dropped a connection from %s: %s "
+                       "(%d refused or dropped so far)",
                        self.service, "%s:%s" % tuple(peer[:2]) if peer else "an unknown peer",
                        why, count)
