@@ -89,4 +89,10 @@ class _Beater:
                 channel.beat()
 
 
+    def forget_all(self):
+        """In a forked child: the parent's channels are not this process's to beat."""
+        self._channels, self._changed, self._thread = set(), threading.Condition(), None
+
+
 BEATER = _Beater()
+os.register_at_fork(after_in_child=BEATER.forget_all)
