@@ -42,3 +42,25 @@ def test_function_runs_on_every_rank_through_the_task_service(service, ranks, ca
     expected_total = sum(r + 10 for r in range(ranks))
     assert [r[:4] for r in results] == [(r, ranks, ranks, expected_total) for r in range(ranks)]
     assert service.commands_run == 1  # one daemon for the host, started through its service
+
+
+def _quiet_then_report(seconds):
+    import time
+    time.sleep(seconds)  # nothing on any channel but heartbeats meanwhile
+    return _ranks_report(0)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_quiet_for_three_channel_timeouts_are_not_cut(service, ranks, monkeypatch):
+    """Issue 58: with a 1 s channel timeout here and in every process of the
+    job (tfringrun forwards it), ranks whose function says nothing for 3.5 s
+    and a daemon that prints nothing meanwhile keep their connections: the
+    heartbeats come from threads of their own. Nothing is dropped."""
+    monkeypatch.setenv("TF_RING_CHANNEL_TIMEOUT_S", "1")
+    hosts = [(service.endpoint(["127.0.0.1"]), ranks)]
+    functions, targets = job.serve(_quiet_then_report, (3.5,), {}, ranks, service.secret,
+                                   cloudpickle.dumps, "cloudpickle")
+    results = job.launch(functions, targets, hosts, service.secret, start_timeout=120)
+    assert [r[:4] for r in results] == [(r, ranks, ranks, sum(range(ranks))) for r in range(ranks)]
+    assert functions.refused == 0, functions._server.refusals.reasons
+    assert service._server.refused == 0, service._server.refusals.reasons

@@ -8,8 +8,8 @@ through setpriv) with no access to tf_ring:
         TARGET_PORT, then sends the service INJECT_JSON (and a result frame
         of RESULT_HEX) as frames of its own, with the next sequence numbers
         and a MAC under a key made without the secret, and relays on.
-        Prints what the service sent back after that ("GOT n bytes"), then
-        "DONE".
+        Prints what the service sent back after that ("GOT n bytes", its
+        heartbeats left out), then "DONE".
     python channel_attacker.py dribble PORT SECONDS
         Opens a connection and sends a valid frame's header and then one
         byte of its payload every 0.2 s; prints how long the service kept
@@ -90,9 +90,10 @@ def relay(target_port, inject, result_hex=None):
 
 
 def pump(client, service, seconds):
-    """Relays both ways for `seconds`; returns the bytes the service sent."""
+    """Relays both ways for `seconds`; returns the bytes of the frames the
+    service sent other than heartbeats (sealed frames of kind b"h")."""
     got, deadline = 0, time.time() + seconds
-    open_ends = [client, service]
+    open_ends, stream = [client, service], b""
     while time.time() < deadline:
         ready, _, _ = select.select(open_ends, [], [], 0.1)
         for sock in ready:
@@ -103,12 +104,19 @@ def pump(client, service, seconds):
             if not data:  # one end closed: so does the relay, both ways
                 return got
             if sock is service:
-                got += len(data)
+                stream += data
+                while len(stream) >= HEAD.size:
+                    kind, length = HEAD.unpack(stream[:HEAD.size])
+                    size = HEAD.size + 8 + length + 32
+                    if len(stream) < size:
+                        break
+                    got += size if kind != b"h" else 0
+                    stream = stream[size:]
             try:
                 (client if sock is service else service).sendall(data)
             except OSError:
                 pass
-    return got
+    return got + len(stream)
 
 
 def dribble(port, seconds):

@@ -3,12 +3,17 @@
 by someone who knows the wire but not the secret: another user (`nobody`,
 through setpriv, where this runs as root) or else an unauthenticated peer
 on loopback, running tests/unit/channel_attacker.py. Each attack is refused,
-counted, and nothing of it is acted on; the job's own clients go on."""
+counted, and nothing of it is acted on; the job's own clients go on.
+Issue 58: junk after a relayed proof costs a service at most a piece (about
+1 MiB) per connection, a service serves a bounded number of proven
+connections, broken frames and failed accepts are counted and logged, and
+the rsh agent's own failures exit 255."""
 import json
 import os
 import pickle
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -18,9 +23,11 @@ import cloudpickle
 import pytest
 
 from tf_ring.elastic import control_client
-from tf_ring.hosted import frames, function_service, job, task_service
-from tf_ring.plumbing import handshake
+from tf_ring.elastic_driver import control_service
 from tf_ring.elastic_driver.control_service import ControlService
+from tf_ring.hosted import frames, function_service, job, task_service
+from tf_ring.plumbing import channel_beats, handshake, sealed_frames
+from tf_ring.plumbing.sealed_frames import PeerClosed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ATTACKER = os.path.join(HERE, "channel_attacker.py")
@@ -265,3 +272,186 @@ def test_a_process_limit_does_not_kill_the_listener():
 
 def _repo():
     return os.path.dirname(os.path.dirname(HERE))
+
+
+# -- issue 58: what junk after the proof costs, and what is counted -------------
+
+def _proven(endpoint, label, limit=1 << 20):
+    """A raw socket in the relay's place after a real client's handshake: the
+    service holds a proven connection, and what comes next is junk."""
+    channel = handshake.connect(endpoint, SECRET, label, limit, 5)
+    channel_beats.BEATER.remove(channel)  # nothing of ours goes out on it any more
+    return channel.sock
+
+
+def _rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_junk_after_the_proof_costs_a_service_at_most_a_piece_per_connection():
+    """8 connections announce 2 GiB and send 16 MiB each, 8 more a frame of
+    exactly one piece and then hold it almost full: the function service
+    (in its own process, as on the driver) grows by about a piece for each
+    of the latter, nothing for the former."""
+    service = subprocess.Popen([sys.executable, os.path.join(HERE, "frozen_party.py"),
+                                "function-service", "1"], stdout=subprocess.PIPE, text=True,
+                               env=dict(os.environ, TF_RING_HOSTED_SECRET=SECRET,
+                                        PYTHONPATH=_repo()))
+    socks = []
+    try:
+        endpoint = service.stdout.readline().split()[1]
+        socks = [_proven(endpoint, frames.FUNCTION) for _ in range(16)]
+        time.sleep(0.5)
+        before = _rss_kib(service.pid)
+        junk = os.urandom(1 << 20)
+        for sock in socks[:8]:
+            sock.sendall(struct.pack(">cIQ", b"r", (1 << 31) - 1, 0))
+            try:
+                for _ in range(16):
+                    sock.sendall(junk)
+            except OSError:
+                pass  # dropped at the announcement
+        held = sealed_frames.PIECE - (64 << 10)
+        for sock in socks[8:]:
+            sock.sendall(struct.pack(">cIQ", b"r", sealed_frames.PIECE, 0) + junk[:held])
+        time.sleep(1.0)
+        grown = _rss_kib(service.pid) - before
+        assert grown < 8 * 1024 + 8 * 1024, "grew by %d KiB" % grown  # 8 pieces, and slack
+        for sock in socks[:8]:
+            sock.settimeout(5)
+            assert _closed_by_peer(sock)
+    finally:
+        for sock in socks:
+            sock.close()
+        service.kill()
+        service.wait()
+
+
+def _closed_by_peer(sock):
+    try:
+        while sock.recv(1 << 16):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_broken_frames_after_the_proof_are_counted_and_logged(caplog, tmp_path):
+    caplog.set_level("WARNING", logger="tf_ring.channels")
+    control = ControlService(SECRET, ["127.0.0.1"])
+    tasks = task_service.TaskService(SECRET, "127.0.0.1")
+    pidfile = tmp_path / "daemon.pid"
+    try:
+        # A frame cut short (the connection ends inside it).
+        sock = _proven(control.environment()["TF_RING_CONTROL_TO"], "control", 1 << 16)
+        sock.sendall(struct.pack(">cIQ", b"j", 40, 1) + b"{")
+        sock.shutdown(socket.SHUT_WR)
+        assert wait_for(lambda: control._server.refusals.reasons["truncated"] == 1)
+        # A wrong MAC after a real run request: refused, counted, and the daemon killed.
+        channel = frames.connect(tasks.endpoint(["127.0.0.1"]), SECRET, frames.TASK)
+        channel_beats.BEATER.remove(channel)
+        channel.send({"run": "echo $$ > %s; exec sleep 60" % pidfile, "env": {}})
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
+        channel.sock.sendall(attacker_frame(b"j", b"{}", 2))
+        assert wait_for(lambda: tasks._server.refusals.reasons["mac"] == 1)
+        assert wait_for(lambda: tasks.commands_run == 1 and not tasks._children)
+        channel.close()
+        logged = caplog.text
+        assert "a truncated frame" in logged and "MAC is wrong" in logged, logged
+        assert control.refused == 1 and tasks._server.refused == 1
+    finally:
+        control.close()
+        tasks.close()
+        try:
+            os.kill(int(pidfile.read_text()), 9)
+        except (OSError, ValueError):
+            pass
+
+
+def attacker_frame(kind, payload, seq):
+    """A sealed frame as the relay makes it: the next number, a MAC without the secret."""
+    head = struct.pack(">cIQ", kind, len(payload), seq)
+    return head + payload + b"\0" * 32
+
+
+def test_a_failed_accept_is_counted_and_logged(caplog):
+    caplog.set_level("WARNING", logger="tf_ring.channels")
+    service = ControlService(SECRET, ["127.0.0.1"])
+    listener = service._server._listener
+
+    class Failing:
+        """The listening socket, but out of file descriptors once."""
+        def __init__(self, real):
+            self.real, self.failed = real, False
+
+        def accept(self):
+            if not self.failed:
+                self.failed = True
+                raise OSError(24, "Too many open files")
+            return self.real.accept()
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+    try:
+        listener._sock = Failing(listener._sock)
+        client = control_client.from_environment(dict(service.environment(),
+                                                      TF_RING_ELASTIC_SECRET=SECRET))
+        client.report_commit(1)  # accepted by the real accept(), now waiting
+        client.report_commit(2)
+        assert wait_for(lambda: service._server.refusals.reasons["accept"] == 1)
+        client.close()
+        client = control_client.from_environment(dict(service.environment(),
+                                                      TF_RING_ELASTIC_SECRET=SECRET))
+        client.report_commit(3)  # the loop went on
+        client.close()
+        assert service.committed == 3 and "accept failed" in caplog.text
+    finally:
+        service.close()
+
+
+def test_a_service_serves_a_bounded_number_of_proven_connections():
+    service = ControlService(SECRET, ["127.0.0.1"])
+    endpoint = service.environment()["TF_RING_CONTROL_TO"]
+    held = []
+    try:
+        for _ in range(control_service.MAX_CLIENTS):
+            held.append(handshake.connect(endpoint, SECRET, "control", 1 << 16, 5))
+            held[-1].send({"op": "notices", "since": 0})
+            held[-1].receive()
+        one_more = handshake.connect(endpoint, SECRET, "control", 1 << 16, 5)
+        with pytest.raises(PeerClosed):
+            one_more.receive()
+        assert wait_for(lambda: service._server.refusals.reasons["proven cap"] == 1)
+        held.pop().close()
+        assert wait_for(lambda: service._server.proven < control_service.MAX_CLIENTS)
+        client = control_client.from_environment(dict(service.environment(),
+                                                      TF_RING_ELASTIC_SECRET=SECRET))
+        client.report_commit(7)  # a place came free: served again
+        client.close()
+        assert service.committed == 7
+    finally:
+        for channel in held:
+            channel.close()
+        service.close()
+
+
+@pytest.mark.parametrize("argv, env, why", [
+    (["--hosts"], {}, "usage"),
+    (["--hosts", "/nonexistent/hosts.json", "h", "true"], {}, "cannot read the host map"),
+    (["--hosts", "HOSTS", "elsewhere", "true"], {}, "not a host of this job"),
+    (["--hosts", "HOSTS", "tfring-host-0", "true"], {frames.SECRET_ENV: None}, "is not set"),
+    (["--hosts", "HOSTS", "tfring-host-0", "true"], {}, "cannot reach the task service")])
+def test_the_rsh_agent_exits_255_on_its_own_failures(tmp_path, argv, env, why):
+    """ssh's convention, which Open MPI reads as "could not reach the host"."""
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps({"tfring-host-0": "%s.%s@127.0.0.1:1" % ("0" * 32, "f" * 16)}))
+    child_env = dict(os.environ, **{frames.SECRET_ENV: SECRET})
+    for key, value in env.items():
+        child_env.pop(key, None) if value is None else child_env.update({key: value})
+    run = subprocess.run([sys.executable, "-m", "tf_ring.hosted.rsh_agent"]
+                         + [str(hosts) if a == "HOSTS" else a for a in argv],
+                         env=child_env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 255 and why in run.stderr, run.stderr

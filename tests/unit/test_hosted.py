@@ -113,7 +113,7 @@ def test_oversized_frame_before_the_proof_is_refused(service):
 def test_agent_arguments_skip_ssh_options():
     assert rsh_agent.split_argv(["--hosts", "f", "-p", "2222", "-x", "-o", "A=b", "h1", "prted",
                                  "--x"]) == ("f", "h1", ["prted", "--x"])
-    with pytest.raises(SystemExit):
+    with pytest.raises(rsh_agent.AgentFailed):
         rsh_agent.split_argv(["--hosts", "f", "h1"])
 
 

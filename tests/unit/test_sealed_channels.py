@@ -3,20 +3,24 @@ wrong MAC, a replayed or reordered frame, an oversized or truncated one;
 the handshake binds the proof to one service; any parse failure, before or
 after the proof and on either side, is a ChannelError (never another
 exception); endpoints never send a client to a host-local address of
-another host."""
+another host. Issue 58: long messages go in pieces, each checked before the
+next is read; heartbeats keep a quiet peer, silence drops a frozen one."""
 import hashlib
 import hmac
 import json
+import os
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
 from tf_ring.elastic import control_client
 from tf_ring.hosted import job
-from tf_ring.plumbing import endpoints, handshake
-from tf_ring.plumbing.sealed_frames import ChannelError, PeerClosed, SealedChannel, parse_json
+from tf_ring.plumbing import channel_beats, endpoints, handshake
+from tf_ring.plumbing.sealed_frames import (BEAT, JSON, MORE, PIECE, ChannelError, PeerClosed,
+                                            SealedChannel, parse_json)
 from tf_ring.elastic_driver.control_service import ControlService
 from tf_ring.spark import barrier_task
 
@@ -42,21 +46,47 @@ def test_sealed_frames_arrive_in_order_with_their_kinds():
 
 
 def _two_frames():
-    """The bytes of two sealed frames, {"n": 0} and {"n": 1}, as one peer sends them."""
+    """The bytes of the first heartbeat and two sealed frames, {"n": 0} and
+    {"n": 1}, as one peer sends them."""
     a, b = socket.socketpair()
     sender = SealedChannel(a, 1 << 20)
     sender.seal(b"k1" * 16, b"k2" * 16)
     sender.send({"n": 0})
     sender.send({"n": 1})
+    drained = _drained(b)
     sender.close()
-    data = b""
-    while True:
-        chunk = b.recv(1 << 16)
-        if not chunk:
-            break
-        data += chunk
-    size = 5 + 8 + struct.unpack(">cI", data[:5])[1] + 32
-    return data[:size], data[size:]
+    data = _collect(drained)
+    frames = []
+    while data:
+        size = 5 + 8 + struct.unpack(">cI", data[:5])[1] + 32
+        frames.append(data[:size])
+        data = data[size:]
+    beat, first, second = frames  # a sealed channel's first frame is its heartbeat (seq 0)
+    assert beat[:1] == BEAT
+    return beat, first, second
+
+
+def _drained(sock):
+    """Everything `sock` receives until its peer closes (read as it comes,
+    so a sender of more than a socket's buffer never waits)."""
+    got = []
+
+    def read():
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            got.append(chunk)
+        sock.close()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return got, reader
+
+
+def _collect(drained):
+    got, reader = drained
+    reader.join(30)
+    return b"".join(got)
 
 
 def _delivered(wire):
@@ -65,7 +95,7 @@ def _delivered(wire):
     channel = SealedChannel(sink, 1 << 20)
     channel.seal(b"k2" * 16, b"k1" * 16)
     feed.sendall(wire)
-    feed.close()
+    feed.shutdown(socket.SHUT_WR)
     got = []
     try:
         while True:
@@ -77,16 +107,16 @@ def _delivered(wire):
 
 
 def test_two_frames_arrive_untouched():
-    first, second = _two_frames()
-    assert _delivered(first + second) == ([{"n": 0}, {"n": 1}], "closed")
+    beat, first, second = _two_frames()
+    assert _delivered(beat + first + second) == ([{"n": 0}, {"n": 1}], "closed")
 
 
 @pytest.mark.parametrize("tamper, refusal", [
-    ("payload", "MAC is wrong"), ("mac", "MAC is wrong"), ("replay", "frame 0 where 1"),
-    ("reorder", "frame 1 where 0"), ("skip", "frame 1 where 0")])
+    ("payload", "MAC is wrong"), ("mac", "MAC is wrong"), ("replay", "frame 1 where 2"),
+    ("reorder", "frame 2 where 1"), ("skip", "frame 2 where 1")])
 def test_a_tampered_replayed_or_reordered_frame_is_refused(tamper, refusal):
-    first, second = _two_frames()
-    wire = {"payload": first.replace(b'"n": 0', b'"n": 9'),
+    beat, first, second = _two_frames()
+    wire = beat + {"payload": first.replace(b'"n": 0', b'"n": 9'),
             "mac": first[:-1] + bytes([first[-1] ^ 1]),
             "replay": first + first, "reorder": second + first, "skip": second}[tamper]
     got, stop = _delivered(wire)
@@ -104,9 +134,10 @@ def test_an_oversized_or_truncated_sealed_frame_is_refused():
     channel = SealedChannel(sink, 100)
     channel.seal(b"a" * 32, b"b" * 32)
     feed.sendall(struct.pack(">cIQ", b"j", 50, 0) + b"{}")
-    feed.close()
-    with pytest.raises(PeerClosed):
+    feed.shutdown(socket.SHUT_WR)  # an end inside the frame: not a clean close
+    with pytest.raises(ChannelError, match="truncated") as caught:
         channel.receive_frame()
+    assert not isinstance(caught.value, PeerClosed) and caught.value.reason == "truncated"
 
 
 @pytest.mark.parametrize("payload", [NESTED, b"\xff\xfe", b"[1, 2]", b"{\"a\": 1", b"9" * 5000])
@@ -259,3 +290,110 @@ def test_an_endpoint_round_trips_and_garbage_is_named():
     for bad in ("10.0.0.1:5", "x.y@:5", "x.y@10.0.0.1:0", "x.y@10.0.0.1:port"):
         with pytest.raises(ValueError, match="not a tf_ring service endpoint"):
             endpoints.parse_endpoint(bad)
+
+
+# -- issue 58: pieces, heartbeats, silence -------------------------------------
+
+def _wire_frames(data):
+    """[(kind, length)] of the sealed frames in `data`, heartbeats left out."""
+    found = []
+    while data:
+        kind, length = struct.unpack(">cI", data[:5])
+        data = data[5 + 8 + length + 32:]
+        if kind != BEAT:
+            found.append((kind, length))
+    return found
+
+
+def test_a_long_message_goes_in_pieces_each_with_its_mac():
+    a, b = socket.socketpair()
+    sender = SealedChannel(a, 1 << 23)
+    sender.seal(b"k1" * 16, b"k2" * 16)
+    payload = os.urandom(3 * PIECE + 5)
+    drained = _drained(b)
+    sender.send_frame(b"r", payload)
+    sender.send({"after": 1})
+    sender.close()
+    data = _collect(drained)
+    assert _wire_frames(data) == [(MORE, PIECE)] * 3 + [(b"r", 5), (JSON, 12)]
+    feed, sink = socket.socketpair()
+    receiver = SealedChannel(sink, 1 << 23)
+    receiver.seal(b"k2" * 16, b"k1" * 16)
+    threading.Thread(target=lambda: (feed.sendall(data), feed.shutdown(socket.SHUT_WR)),
+                     daemon=True).start()
+    assert receiver.receive_frame() == (b"r", payload)
+    assert receiver.receive() == {"after": 1}
+    with pytest.raises(PeerClosed):
+        receiver.receive()
+
+
+def test_a_message_over_the_limit_is_refused_piece_by_piece():
+    left, right = sealed_pair(limit=PIECE + 10)
+    sending = threading.Thread(target=lambda: _quietly(left.send_frame, b"r", b"x" * 3 * PIECE),
+                               daemon=True)
+    sending.start()
+    with pytest.raises(ChannelError, match="more than") as caught:
+        right.receive_frame()
+    assert caught.value.reason == "oversized"
+    sending.join(10)
+    assert not sending.is_alive()  # the refusal ended the connection: the sender is not stuck
+
+
+def _quietly(fn, *args):
+    try:
+        fn(*args)
+    except OSError:
+        pass
+
+
+def test_an_announced_length_over_a_piece_is_refused_before_any_of_it_is_read():
+    feed, sink = socket.socketpair()
+    channel = SealedChannel(sink, 1 << 31)
+    channel.seal(b"a" * 32, b"b" * 32)
+    feed.sendall(struct.pack(">cI", b"r", PIECE + 1))  # and nothing more
+    with pytest.raises(ChannelError, match="at most %d" % PIECE):
+        channel.receive_frame()
+
+
+def test_heartbeats_and_the_peers_interval(monkeypatch):
+    a, b = socket.socketpair()
+    slow, quick = SealedChannel(a, 100), SealedChannel(b, 100)
+    monkeypatch.setenv(channel_beats.TIMEOUT_ENV, "6")
+    slow.seal(b"k1" * 16, b"k2" * 16)
+    monkeypatch.setenv(channel_beats.TIMEOUT_ENV, "0.6")
+    quick.seal(b"k2" * 16, b"k1" * 16)
+    # Each side waits for the longer of its own timeout and three of the peer's beats.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and quick.allowed_silence() != 6.0:
+        time.sleep(0.01)
+    assert quick.allowed_silence() == 6.0 and slow.allowed_silence() == 6.0
+    time.sleep(1.0)  # quiet, and beating: nothing to receive, nothing dropped
+    assert not quick.dropped and not slow.dropped
+    quick.send({"still": "here"})
+    assert slow.receive() == {"still": "here"}
+    slow.close()
+    quick.close()
+
+
+def test_a_peer_that_never_beats_is_dropped_at_the_timeout(monkeypatch):
+    monkeypatch.setenv(channel_beats.TIMEOUT_ENV, "0.5")
+    silent, sink = socket.socketpair()  # `silent` proved the secret, then says nothing
+    failures = []
+    channel = SealedChannel(sink, 100, failures.append)
+    channel.seal(b"a" * 32, b"b" * 32)
+    start = time.monotonic()
+    with pytest.raises(ChannelError, match="nothing from the peer") as caught:
+        channel.receive_frame()
+    assert 0.45 <= time.monotonic() - start < 3.0
+    assert caught.value.reason == "silent" and channel.reported and len(failures) == 1
+    silent.settimeout(5)
+    while silent.recv(1 << 16):  # its beats, then the end: the connection is shut down
+        pass
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "1e9"])
+def test_a_bad_channel_timeout_is_named(value):
+    with pytest.raises(ValueError, match="TF_RING_CHANNEL_TIMEOUT_S=%r" % value):
+        channel_beats.timeout_s({channel_beats.TIMEOUT_ENV: value})
+    assert channel_beats.timeout_s({}) == 30.0
+    assert channel_beats.timeout_s({channel_beats.TIMEOUT_ENV: " 2.5 "}) == 2.5

@@ -18,6 +18,10 @@ from tf_ring.plumbing.control_wire import ChannelError
 from tf_ring.plumbing import endpoints
 from tf_ring.plumbing.authenticated_server import AuthenticatedServer
 
+# Rank 0 keeps one connection (and reopens it when it breaks); a world's
+# rank 0 may connect before the last world's connection has closed.
+MAX_CLIENTS = 8
+
 
 class ControlService:
     def __init__(self, secret, addresses, bind_address="0.0.0.0"):
@@ -34,7 +38,8 @@ class ControlService:
         self._fragments = []
         self._committed = 0
         self._server = AuthenticatedServer(secret, control_wire.LABEL, self._serve, bind_address,
-                                           control_wire.MAX_LINE, "tfringrun-control", backlog=16)
+                                           control_wire.MAX_LINE, "tfringrun-control", backlog=16,
+                                           max_proven=MAX_CLIENTS)
 
     # -- the driver's side ---------------------------------------------------
     def environment(self):

@@ -14,9 +14,14 @@ from tf_ring.plumbing.sealed_frames import JSON, ChannelError, PeerClosed  # noq
 SECRET_ENV = env_names.HOSTED_SECRET
 MAX_PROVEN = 1 << 31  # a pickled result may be large once the peer is proven
 TASK, FUNCTION = "task", "function"
+# The largest message each service's channels carry once proven: a task
+# service's are a run request and the daemon's output (64 KiB pieces) and
+# its exit code. Whatever the limit, a frame is checked piece by piece
+# (sealed_frames.PIECE, 1 MiB) before more of it is read.
+LIMITS = {TASK: 1 << 20, FUNCTION: MAX_PROVEN}
 
 
 def connect(endpoint, secret, label, timeout=10.0):
     """A sealed channel to the `label` service at `endpoint` that proved
     `secret`; ChannelError naming every address's failure else."""
-    return handshake.connect(endpoint, secret, label, MAX_PROVEN, timeout)
+    return handshake.connect(endpoint, secret, label, LIMITS[label], timeout)

@@ -19,8 +19,11 @@ class FunctionService:
         self.world_size = None  # that world's number of ranks, once one asked
         self._handlers = dict(handlers or {})
         self._lock = threading.Lock()
+        # Each rank and (Spark) each task holds one connection; a relaunched
+        # world's ranks may come while the last world's still close theirs.
         self._server = server.Server(secret, frames.FUNCTION, self._serve, bind_address,
-                                     name="tf_ring-function")
+                                     name="tf_ring-function",
+                                     max_proven=max(64, 3 * num_ranks + 16))
 
     @property
     def port(self):

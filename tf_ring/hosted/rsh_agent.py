@@ -19,15 +19,19 @@ _SSH_OPTIONS_WITH_VALUE = ("-p", "-l", "-o", "-i", "-F", "-b", "-c", "-E", "-J",
 _FAILED = 255  # ssh's code for "could not reach the host"
 
 
+class AgentFailed(Exception):
+    """The agent's own failure (not the command's): it exits 255, as ssh does."""
+
+
 def split_argv(argv):
     """(hosts file, host, command words) from the agent's arguments."""
     if len(argv) < 2 or argv[0] != "--hosts":
-        raise SystemExit("usage: rsh_agent --hosts FILE [ssh options] HOST COMMAND...")
+        raise AgentFailed("usage: rsh_agent --hosts FILE [ssh options] HOST COMMAND...")
     hosts_file, rest = argv[1], list(argv[2:])
     while rest and rest[0].startswith("-"):
         rest = rest[2:] if rest[0] in _SSH_OPTIONS_WITH_VALUE else rest[1:]
     if len(rest) < 2:
-        raise SystemExit("rsh_agent: no host or no command in %r" % (argv,))
+        raise AgentFailed("no host or no command in %r" % (argv,))
     return hosts_file, rest[0], rest[1:]
 
 
@@ -36,19 +40,35 @@ def daemon_environment(environ):
 
 
 def main(argv=None):
-    hosts_file, host, command = split_argv(sys.argv[1:] if argv is None else argv)
-    with open(hosts_file) as f:
-        services = json.load(f)
-    if host not in services:
-        print("tf_ring rsh agent: %r is not a host of this job (%s)" % (host, ", ".join(services)),
-              file=sys.stderr)
-        return _FAILED
+    """The command's exit code, or 255 for the agent's own failure (bad
+    arguments, no host map, the task service unreachable, lost or silent),
+    which Open MPI reads as ssh's "could not reach the host"."""
+    try:
+        return _run(sys.argv[1:] if argv is None else argv)
+    except AgentFailed as e:
+        print("tf_ring rsh agent: %s" % e, file=sys.stderr)
+    except Exception as e:  # noqa: B902 - whatever broke here, it was not the command
+        print("tf_ring rsh agent failed: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+    return _FAILED
+
+
+def _run(argv):
+    hosts_file, host, command = split_argv(argv)
+    try:
+        with open(hosts_file) as f:
+            services = json.load(f)
+    except (OSError, ValueError) as e:
+        raise AgentFailed("cannot read the host map %s: %s" % (hosts_file, e))
+    if not isinstance(services, dict) or host not in services:
+        raise AgentFailed("%r is not a host of this job (%s)" % (
+            host, ", ".join(services) if isinstance(services, dict) else "no host map"))
+    if frames.SECRET_ENV not in os.environ:
+        raise AgentFailed("%s is not set: the job's secret comes in the environment"
+                          % frames.SECRET_ENV)
     try:
         channel = frames.connect(services[host], os.environ[frames.SECRET_ENV], frames.TASK)
-    except (ChannelError, KeyError) as e:
-        print("tf_ring rsh agent: cannot reach the task service of %s: %s" % (host, e),
-              file=sys.stderr)
-        return _FAILED
+    except ChannelError as e:
+        raise AgentFailed("cannot reach the task service of %s: %s" % (host, e))
     # ssh hands the remote shell the words joined by spaces; mpirun quotes for that.
     channel.send({"run": " ".join(command), "env": daemon_environment(os.environ)})
     outputs = {task_service.OUT: sys.stdout.buffer, task_service.ERR: sys.stderr.buffer}
@@ -61,8 +81,7 @@ def main(argv=None):
             elif kind == frames.JSON:
                 return _exit_code(parse_json(payload).get("exit"))
     except (ChannelError, OSError) as e:
-        print("tf_ring rsh agent: lost %s's task service: %s" % (host, e), file=sys.stderr)
-        return _FAILED
+        raise AgentFailed("lost %s's task service: %s" % (host, e))
 
 
 def _exit_code(rc):

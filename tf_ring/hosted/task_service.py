@@ -20,6 +20,9 @@ FORWARDED_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "OMPI_ALLOW_RUN_AS_
 # The daemon's ranks start this Python (the task's own, which may differ
 # from the driver's) through tf_ring.hosted.job's rank command.
 PYTHON_ENV = env_names.TASK_PYTHON
+# Connections served at once: mpirun runs one daemon per host and job (an
+# elastic job's next world may start before the last one's agent left).
+MAX_AGENTS = 16
 
 
 class TaskService:
@@ -28,7 +31,7 @@ class TaskService:
         self._children, self._lock = [], threading.Lock()
         self._closed = False
         self._server = server.Server(secret, frames.TASK, self._serve, bind_address,
-                                     name="tf_ring-task")
+                                     name="tf_ring-task", max_proven=MAX_AGENTS)
 
     @property
     def port(self):
@@ -93,7 +96,8 @@ def _relay(stream, kind, channel):
 
 
 def _kill_when_dropped(channel, child):
-    """The agent sends nothing more: a read ends only when it drops."""
+    """The agent sends nothing more but heartbeats: a read ends only when it
+    drops, breaks the protocol, or goes silent (frozen: channel_beats)."""
     try:
         while True:
             channel.receive_frame()

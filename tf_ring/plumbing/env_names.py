@@ -68,6 +68,14 @@ HOSTED_SECRET = "TF_RING_HOSTED_SECRET"  # the job's secret, for the frames' pro
 HOSTED_FUNCTION = "TF_RING_HOSTED_FUNCTION"  # the endpoint of the driver's function service
 TASK_PYTHON = "TF_RING_TASK_PYTHON"  # the Python a task service runs its ranks with
 
+# ---- the job's sealed TCP channels (plumbing/sealed_frames, channel_beats) ----
+
+# Seconds a sealed connection may hear nothing from its peer (not even a
+# heartbeat) before it is dropped; default 30. Read by every process that
+# holds a channel (the driver, tfringrun, the ranks, the rsh agent, the task
+# services); each beats every third of its own value and tells its peer so.
+CHANNEL_TIMEOUT = "TF_RING_CHANNEL_TIMEOUT_S"
+
 # ---- the launcher's own ----
 
 BUILD_INFO = "TF_RING_BUILD_INFO"  # --check-build reads this file instead (tests)

@@ -45,14 +45,15 @@ def _hex_field(message, name, length):
     value = message.get(name)
     if not (isinstance(value, str) and len(value) == length
             and all(c in "0123456789abcdef" for c in value)):
-        raise ChannelError("no valid %r in the handshake" % name)
+        raise ChannelError("no valid %r in the handshake" % name, "handshake")
     return value
 
 
-def serve(sock, secret, label, service_id, limit):
+def serve(sock, secret, label, service_id, limit, on_failure=None):
     """The service's side of a new connection: a sealed channel once the
-    client proved the secret for this service, else ChannelError/OSError."""
-    channel = SealedChannel(sock, limit)
+    client proved the secret for this service, else ChannelError/OSError.
+    `on_failure`: the channel's (sealed_frames.SealedChannel)."""
+    channel = SealedChannel(sock, limit, on_failure)
     channel.start_deadline(HANDSHAKE_TIMEOUT_S)
     key = service_key(secret, label, service_id)
     mine = os.urandom(16).hex()
@@ -60,7 +61,8 @@ def serve(sock, secret, label, service_id, limit):
     reply = channel.receive()
     theirs, proof = _hex_field(reply, "nonce", _NONCE_HEX), _hex_field(reply, "proof", _PROOF_HEX)
     if not hmac.compare_digest(proof, _proof(key, b"client", mine, theirs)):
-        raise ChannelError("wrong proof of the job's secret for this %s service" % label)
+        raise ChannelError("wrong proof of the job's secret for this %s service" % label,
+                           "handshake")
     channel.send({"proof": _proof(key, b"service", theirs, mine)})
     to_service, to_client = _session_keys(key, theirs, mine)
     channel.seal(to_client, to_service)
@@ -77,7 +79,8 @@ def join(sock, secret, label, service_id, limit):
     channel.send({"nonce": mine, "proof": _proof(key, b"client", theirs, mine)})
     proof = _hex_field(channel.receive(), "proof", _PROOF_HEX)
     if not hmac.compare_digest(proof, _proof(key, b"service", mine, theirs)):
-        raise ChannelError("the %s service's proof of the job's secret is wrong" % label)
+        raise ChannelError("the %s service's proof of the job's secret is wrong" % label,
+                           "handshake")
     to_service, to_client = _session_keys(key, mine, theirs)
     channel.seal(to_service, to_client)
     return channel

@@ -25,9 +25,11 @@ class TcpListener:
                  on_refused=None):
         """`on_connection(sock, settled)` runs in a new daemon thread per
         connection; it calls `settled()` once the peer proved itself (its
-        return settles it too). `on_refused(peer, why)` hears of each
-        connection dropped here without reaching on_connection."""
-        self._on_connection, self._on_refused = on_connection, on_refused or (lambda p, w: None)
+        return settles it too). `on_refused(peer, why, reason)` hears of each
+        connection dropped here without reaching on_connection, and of each
+        failed accept."""
+        self._on_connection = on_connection
+        self._on_refused = on_refused or (lambda peer, why, reason: None)
         self._max_pending = max_pending
         self._pending = collections.OrderedDict()  # number -> socket, oldest first
         self._numbers = itertools.count()
@@ -62,9 +64,10 @@ class TcpListener:
         while not self._closed:
             try:
                 conn, peer = self._sock.accept()
-            except OSError:
+            except OSError as e:
                 if self._closed:
                     return
+                self._on_refused(None, "accept failed (%s)" % e, "accept")
                 time.sleep(PAUSE_AFTER_FAILURE_S)  # e.g. EMFILE: the backlog waits
                 continue
             number = next(self._numbers)
@@ -79,7 +82,7 @@ class TcpListener:
             except Exception as e:  # noqa: B902 - RuntimeError: can't start new thread
                 self._settle(number)
                 conn.close()
-                self._on_refused(peer, "no thread to serve it (%s)" % e)
+                self._on_refused(peer, "no thread to serve it (%s)" % e, "thread")
                 time.sleep(PAUSE_AFTER_FAILURE_S)
 
     def _settle(self, number):
@@ -90,7 +93,7 @@ class TcpListener:
         try:
             self._on_connection(conn, lambda: self._settle(number))
         except Exception as e:  # noqa: B902 - a handler's bug must not leak the slot or socket
-            self._on_refused(peer, "%s: %s" % (type(e).__name__, e))
+            self._on_refused(peer, "%s: %s" % (type(e).__name__, e), "bug")
         finally:
             self._settle(number)
             conn.close()

@@ -3,8 +3,6 @@ grouped by the address each connected from. It keeps the discovery list
 tfringrun's elastic driver polls (tf_ring.hosted.job.AgentDirectory) up
 to date as tasks come and go, and holds every task's connection until the
 job's verdict."""
-import select
-import socket
 import threading
 import time
 
@@ -37,7 +35,7 @@ class LiveTasks:
         with self._changed:
             self._tasks.append(task)
             self._publish()
-            while self._verdict is None and not _dropped(channel.sock):
+            while self._verdict is None and not channel.dropped:
                 self._changed.wait(POLL_S)
             verdict = self._verdict
             if verdict is None:  # the task (its executor, its host) is gone
@@ -78,13 +76,3 @@ class LiveTasks:
         self.directory.set_hosts([(names[h], s, k) for h, (s, k) in hosts.items()])
         self._changed.notify_all()
 
-
-def _dropped(sock):
-    """True once the peer closed or reset the connection (it sends nothing else)."""
-    readable, _, _ = select.select([sock], [], [], 0)
-    if not readable:
-        return False
-    try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except OSError:
-        return True

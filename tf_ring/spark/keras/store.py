@@ -28,40 +28,65 @@ def check_mode(store_mode):
 
 def make_run_dir(path, store_mode):
     """Makes `path` (its parents as needed) with the mode's directory bits;
-    an existing `path` must be this user's directory (not a link)."""
+    an existing `path` must be this user's directory (not a link). The
+    bits are set through a descriptor opened without following a link, so
+    a link another user of the store swaps in is refused, never chmod'ed."""
     directory_mode = MODES[store_mode][0]
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     try:
         os.mkdir(path, directory_mode & 0o777)
     except FileExistsError:
-        info = os.lstat(path)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:  # ELOOP (a link), ENOTDIR (a file)
+        fd = None
+    try:
+        if fd is None or not _owned(os.fstat(fd), stat.S_ISDIR):
             raise ValueError("KerasEstimator: refusing the run directory %s: it is not a directory "
                              "of this user (a link, a file or another user's); choose another "
                              "run_id or store" % path)
-    if store_mode == "group":
-        try:
-            os.chown(path, -1, os.stat(parent).st_gid)
-        except PermissionError:
-            pass  # not in the store's group: the user's own group shares it
-    os.chmod(path, directory_mode)  # mkdir's mode is masked by the umask
+        if store_mode == "group":
+            try:
+                os.fchown(fd, -1, os.stat(parent).st_gid)
+            except PermissionError:
+                pass  # not in the store's group: the user's own group shares it
+        os.fchmod(fd, directory_mode)  # mkdir's mode is masked by the umask
+    finally:
+        if fd is not None:
+            os.close(fd)
     return path
 
 
 def settle_modes(path, store_mode):
     """Sets the mode's bits on everything below `path` that this user owns
     (in a group's store another member's writer owns its files); links are
-    left alone."""
+    left alone. Every name is opened relative to its folder's descriptor
+    without following a link (os.fwalk), and its bits set through that
+    descriptor: a link swapped in for a file or folder meanwhile is never
+    followed."""
     directory_mode, file_mode = MODES[store_mode]
-    for folder, dirs, files in os.walk(path):
+    for _, dirs, files, folder in os.fwalk(path, follow_symlinks=False):
         for name in dirs:
-            _chmod(os.path.join(folder, name), directory_mode, stat.S_ISDIR)
+            _fchmod(folder, name, os.O_DIRECTORY, directory_mode, stat.S_ISDIR)
         for name in files:
-            _chmod(os.path.join(folder, name), file_mode, stat.S_ISREG)
+            _fchmod(folder, name, os.O_NONBLOCK | os.O_NOCTTY, file_mode, stat.S_ISREG)
 
 
-def _chmod(path, mode, kind):
-    info = os.lstat(path)
-    if kind(info.st_mode) and info.st_uid == os.geteuid():
-        os.chmod(path, mode)
+def _owned(info, kind):
+    return kind(info.st_mode) and info.st_uid == os.geteuid()
+
+
+def _fchmod(folder, name, flags, mode, kind):
+    """chmod `name` in the folder `folder` (a descriptor) when it is this
+    user's and of `kind`; a link there (ELOOP) or a name gone is skipped."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | flags, dir_fd=folder)
+    except OSError:
+        return
+    try:
+        if _owned(os.fstat(fd), kind):
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
