@@ -314,20 +314,36 @@ def test_an_elastic_world_whose_daemon_did_not_start_is_started_again_before_bla
     assert len(runs) == 1
 
 
-PROBE_NOISE = (
+TF_NOISE = (
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
     b"I0000 00:00:1795529305.062178    7328 cudart_stub.cc:31] Could not find cuda drivers on "
     b"your machine, GPU will not be used.\n"
+    b"I0000 00:00:1796229437.017307    6558 cpu_feature_guard.cc:227] This TensorFlow binary is "
+    b"optimized to use available CPU instructions in performance-critical operations.\n"
+    b"To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow "
+    b"with the appropriate compiler flags.\n"
     b"E0000 00:00:1795529313.501316    7328 cuda_platform.cc:52] failed call to cuInit: INTERNAL: "
     b"CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n")
 
 
-def test_tensorflow_gpu_probe_lines_are_dropped_when_asked_and_nothing_else():
+def test_tensorflow_start_up_lines_are_dropped_when_asked_and_nothing_else():
+    """Across reads cut anywhere and the status lines taken out between them;
+    only on the stream that carries TensorFlow's logs (stderr)."""
     kept = (b"epoch 1 loss 0.3\n"
             b"E0000 00:00:1.0  1 some_kernel.cc:9] a real TensorFlow error stays\n")
-    watch = JobWatch(TOKEN, 1, drop_tf_gpu_probe=True)
-    assert pump(watch, [PROBE_NOISE + kept + status("exit", 0, 0)]) == kept
-    assert pump(JobWatch(TOKEN, 1), [PROBE_NOISE + kept]) == PROBE_NOISE + kept
+    watch = JobWatch(TOKEN, 1, quiet_tf=True)
+    data = TF_NOISE[:150] + status("start", 0, "h0") + TF_NOISE[150:] + kept + status("exit", 0, 0)
+    chunks = [data[i:i + 37] for i in range(0, len(data), 37)]
+    assert pump(watch, chunks, pause=0.01) == kept
+    assert watch.ended == {0: ("exit", 0)}
+    read_fd, write_fd = os.pipe()
+    out = io.BytesIO()
+    os.write(write_fd, TF_NOISE + kept)
+    os.close(write_fd)
+    JobWatch(TOKEN, 1, quiet_tf=True).pump(read_fd, out, idle_flush=0.05, carries_tf_logs=False)
+    os.close(read_fd)
+    assert out.getvalue() == TF_NOISE + kept
+    assert pump(JobWatch(TOKEN, 1), [TF_NOISE + kept]) == TF_NOISE + kept
 
 
 def test_in_process_wrapper_dies_of_a_signal_when_its_rank_did():

@@ -235,9 +235,9 @@ def test_tensorflow_logs_are_quieted_unless_the_user_asks_for_them():
                      base={"TF_CPP_MIN_LOG_LEVEL": "0"})["TF_CPP_MIN_LOG_LEVEL"] == "0"
     assert "TF_CPP_MIN_LOG_LEVEL" not in child_env(["-np", "2", "--tf-logs"])
     args = arguments.parse_args(["-np", "2", "python", "t.py"])
-    assert launcher._drops_tf_gpu_probe(args, environ={})
-    assert not launcher._drops_tf_gpu_probe(args, environ={"TF_CPP_MIN_LOG_LEVEL": "0"})
-    assert not launcher._drops_tf_gpu_probe(
+    assert launcher._quiets_tf(args, environ={})
+    assert not launcher._quiets_tf(args, environ={"TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert not launcher._quiets_tf(
         arguments.parse_args(["-np", "2", "--tf-logs", "python", "t.py"]), environ={})
 
 

@@ -106,6 +106,30 @@ def tf_keras_aggregate(optimizer, base_method, grads_and_vars):
     return list(zip(grads, variables))
 
 
+def _reduce_unscaled_for_powersgd(loss_scale_optimizer, inner, grads, variables):
+    """gradients_for_check, with PowerSGD's state kept in the gradients' own
+    units: its residual (what earlier steps' approximations missed) is added
+    to later gradients, so it must not carry the loss scale of the step that
+    stored it (after the scale halves it would count double). The scale is a
+    power of two: dividing and multiplying by it is exact in float32."""
+    settings = inner._tf_ring_settings
+    if settings.powersgd is None or settings.accumulator is not None:
+        return gradients_for_check(inner, grads, variables)
+    if not loss_scale_optimizer.built:  # its apply() would build it, after our reduction
+        loss_scale_optimizer.build(variables)
+    scale = tf.convert_to_tensor(loss_scale_optimizer.dynamic_scale)
+
+    def times(g, factor):
+        if g is None:
+            return None
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(times(g.values, factor), g.indices, g.dense_shape)
+        return g * tf.cast(factor, g.dtype)
+
+    grads, reduced = gradients_for_check(inner, [times(g, 1.0 / scale) for g in grads], variables)
+    return [times(g, scale) for g in grads], reduced
+
+
 def install_keras3_hook():
     """Makes Keras 3's LossScaleOptimizer reduce a tf_ring inner optimizer's
     gradients before its finiteness check; other inner optimizers are untouched."""
@@ -124,7 +148,7 @@ def install_keras3_hook():
         _xla.raise_if_not_compilable(settings)
         variables = list(trainable_variables if trainable_variables is not None
                          else self._trainable_variables)
-        grads, reduced = gradients_for_check(inner, list(grads), variables)
+        grads, reduced = _reduce_unscaled_for_powersgd(self, inner, list(grads), variables)
         settings.reduced_by_caller = reduced
         try:
             return original(self, grads, trainable_variables)

@@ -59,8 +59,10 @@ def make_parser():
     diagnostics.add_argument("--tf-logs", action="store_true",
                              help="show TensorFlow's C++ start-up logs on every rank. By default "
                                   "tfringrun sets TF_CPP_MIN_LOG_LEVEL=2 (unless it is already "
-                                  "set) and drops the 'no GPU found' probe lines TensorFlow "
-                                  "prints on machines without one (default: off)")
+                                  "set) and drops TensorFlow's known start-up lines from the "
+                                  "ranks' stderr (oneDNN and CPU-feature notices, the 'no GPU' "
+                                  "probe lines, oneDNN's 'only on AVX-512' fallback), nothing "
+                                  "else (default: off)")
     diagnostics.add_argument("--check-build", action="store_true",
                              help="print what tf_ring was built against, the installed "
                                   "TensorFlow and MPI, and the available backends; exit 1 if the "

@@ -16,6 +16,8 @@ import shlex
 import threading
 import time
 
+from tf_ring.run import tf_noise
+
 STATUS = "tfringrun-status"
 _BEATS_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "beats.py")
 # mpirun's own words (on stdout or stderr) for a daemon that failed to
@@ -33,14 +35,6 @@ _MPI_ERROR_RANK = re.compile(rb"\*\*\* reported by process \[\d+,(\d+)\]")
 _SIGNALLED_RANK = re.compile(rb"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+)"
                              rb"\s+exited\s+on\s+signal\s+(\d+)")
 _KEEP_TAIL = 256 * 1024  # of each stream's other output, for the patterns above
-# What TensorFlow prints on every rank of a machine without a GPU, whatever
-# TF_CPP_MIN_LOG_LEVEL says (the first two come before its logging starts):
-# it only means "no GPU here", yet reads like a failure. Whole lines only.
-TF_GPU_PROBE_NOISE = re.compile(
-    rb"^(?:WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    rb"|I\d{4} [^\n]*\] Could not find cuda drivers on your machine, GPU will not be used\."
-    rb"|E\d{4} [^\n]*\] failed call to cuInit: [^\n]*(?:UNKNOWN ERROR \(303\)|"
-    rb"CUDA_ERROR_NO_DEVICE|no CUDA-capable device)[^\n]*)\r?\n", re.MULTILINE)
 
 
 def rank_wrapper(token, die_like_the_rank=False, beat_s=None, udp_beats_python=None):
@@ -97,9 +91,9 @@ class JobWatch(object):
     never said where they run.
     """
 
-    def __init__(self, token, np, planned=None, drop_tf_gpu_probe=False):
+    def __init__(self, token, np, planned=None, quiet_tf=False):
         self.np = np
-        self._noise = TF_GPU_PROBE_NOISE if drop_tf_gpu_probe else None
+        self._quiet_tf = quiet_tf  # drop TensorFlow's start-up lines (tf_noise)
         self.planned = dict(planned or {})
         self.started = {}  # rank -> host it reported
         self.ended = {}  # rank -> ("exit" or "stopped", code)
@@ -112,14 +106,18 @@ class JobWatch(object):
         self._status = re.compile(rb"%s %s (start|exit|stopped|beat) (\S+) ?(\S*)\r?\n"
                                   % (STATUS.encode(), token.encode()))
         self._tails = {}  # out stream -> the last of what passed through it
+        self._line_start = {}  # out stream -> whether what passed through it ended a line
         self._lock = threading.Lock()  # stdout and stderr are pumped by two threads
 
     # -- reading ---------------------------------------------------------------
-    def pump(self, fd, out, idle_flush=0.3):
+    def pump(self, fd, out, idle_flush=0.3, carries_tf_logs=True):
         """Reads `fd` (mpirun's stdout or stderr) until EOF, writing all but
-        the status lines to `out` (a binary file). A trailing piece that may be the start of a status line
-        is held back until the rest arrives or the stream has been idle
-        `idle_flush` s."""
+        the status lines to `out` (a binary file), and, with quiet_tf on a
+        stream that carries_tf_logs (stderr), all but TensorFlow's known
+        start-up lines. A trailing piece that may be the start of a status
+        line or of such a line is held back until the rest arrives or the
+        stream has been idle `idle_flush` s."""
+        quiet = self._quiet_tf and carries_tf_logs
         pending = b""
         while True:
             wait = idle_flush if pending else None
@@ -132,9 +130,9 @@ class JobWatch(object):
             if not chunk:
                 self._emit(pending, out)
                 return
-            pending = self._consume(pending + chunk, out)
+            pending = self._consume(pending + chunk, out, quiet)
 
-    def _consume(self, data, out):
+    def _consume(self, data, out, quiet=False):
         """Takes out complete status lines, writes the rest, returns what to hold."""
         kept, start = [], 0
         for match in self._status.finditer(data):
@@ -143,11 +141,11 @@ class JobWatch(object):
             self._record(*(g.decode(errors="replace") for g in match.groups()))
         rest = data[start:]
         hold = self._possible_status_start(rest)
-        shown = b"".join(kept) + rest[:len(rest) - hold]
-        if self._noise is not None:
-            shown = self._noise.sub(b"", shown)
+        shown, held = b"".join(kept) + rest[:len(rest) - hold], b""
+        if quiet:
+            shown, held = tf_noise.quiet(shown, at_line_start=self._line_start.get(id(out), True))
         self._emit(shown, out)
-        return rest[len(rest) - hold:]
+        return held + rest[len(rest) - hold:]
 
     @staticmethod
     def _possible_status_start(data):
@@ -180,6 +178,7 @@ class JobWatch(object):
                         for rank in self.heard:
                             self.heard[rank] = min(now, self.heard[rank] + now - began)
             with self._lock:
+                self._line_start[id(out)] = data.endswith(b"\n")
                 tail = self._tails.setdefault(id(out), bytearray())
                 tail += data
                 del tail[:-_KEEP_TAIL]

@@ -112,9 +112,10 @@ def _watches_status(job):
     return not any(a.startswith("--output") for a in shlex.split(job.mpi_args))
 
 
-def _drops_tf_gpu_probe(job, environ=None):
-    """TensorFlow's 'no GPU' probe lines are dropped unless the user asked for
-    TensorFlow's logs (--tf-logs, or a TF_CPP_MIN_LOG_LEVEL of their own)."""
+def _quiets_tf(job, environ=None):
+    """TensorFlow's known start-up lines (tf_noise) are dropped from the
+    ranks' stderr unless the user asked for TensorFlow's logs (--tf-logs, or
+    a TF_CPP_MIN_LOG_LEVEL of their own)."""
     environ = os.environ if environ is None else environ
     return not job.tf_logs and "TF_CPP_MIN_LOG_LEVEL" not in environ
 
@@ -193,7 +194,7 @@ def _run_plain(job, env, cmd, token, cleanup, listener):
         if _watches_status(job):
             planned = layout.rank_layout(job.np, job.hosts, os.cpu_count() or 1)
             watch = job_watch.JobWatch(token, job.np, {rank: host for rank, host, _ in planned},
-                                       drop_tf_gpu_probe=_drops_tf_gpu_probe(job))
+                                       quiet_tf=_quiets_tf(job))
             _hear_udp_beats(listener, watch)
         rc = _run_job(cmd, env, job.np, watch, job.start_timeout, cleanup,
                       silence_timeout=job.detection_timeout if _beat_interval(job) else None)
@@ -224,7 +225,7 @@ def _start_world(world, env, token, cleanup, listener, may_retry):
     cmd = build_command(world, environ=env, token=token, udp_beats=listener is not None)
     planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
     watch = job_watch.JobWatch(token, world.np, {rank: host for rank, host, _ in planned},
-                               drop_tf_gpu_probe=_drops_tf_gpu_probe(job))
+                               quiet_tf=_quiets_tf(job))
     _hear_udp_beats(listener, watch)
     finished = None
     if job.in_process:
@@ -300,7 +301,8 @@ def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_fai
             for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
                 out.flush()
                 pumps.append(threading.Thread(target=watch.pump, daemon=True, args=(
-                    stream.fileno(), getattr(out, "buffer", out))))
+                    stream.fileno(), getattr(out, "buffer", out)),
+                    kwargs={"carries_tf_logs": out is sys.stderr}))
                 pumps[-1].start()
         launched, stop_asked, stuck_agents, done_at = time.time(), None, [], None
         stop_grace = _STOP_GRACE_S

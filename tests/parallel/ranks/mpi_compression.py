@@ -204,6 +204,37 @@ def test_fit_under_xla_matches_fit_without_it():
     assert_same_on_all_ranks(compiled.get_weights(), "psgd_xla.weights")
 
 
+def test_mixed_float16_residual_does_not_carry_the_loss_scale():
+    """Under mixed_float16 the gradients reach PowerSGD loss-scaled. Its
+    residual is added to later steps' gradients, so kept in scaled units it
+    would count double after each halving of the scale (half after each
+    growth): extra overflows and a lower final scale were measured. The same
+    fit from two starting scales must leave the same residual (the scales
+    are powers of two: unscaling is exact, bar float16's own rounding)."""
+    import keras
+    (x, y), _ = cases.digits()
+    x, y = cases.my_rows(x)[:3 * cases.PER_RANK_BATCH], cases.my_rows(y)[:3 * cases.PER_RANK_BATCH]
+    residuals = []
+    for initial in (2.0 ** 15, 2.0 ** 5):
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        try:
+            model = cases.make_mlp(keras)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        inner = hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1),
+                                          compression=cases.powersgd(start=0))
+        optimizer = keras.optimizers.LossScaleOptimizer(inner, initial_scale=initial)
+        model.compile(optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, batch_size=cases.PER_RANK_BATCH, epochs=1, shuffle=False, verbose=0)
+        assert float(optimizer.dynamic_scale.numpy()) == initial  # no step overflowed
+        state = cases.state_of(inner)
+        residuals.append([state._slots[id(w)].residual.numpy() for w in model.trainable_weights
+                          if len(w.shape) == 2])
+    for high, low in zip(*residuals):
+        assert np.abs(low).max() > 0
+        np.testing.assert_allclose(high, low, rtol=0.05, atol=0.01 * np.abs(low).max())
+
+
 def test_checkpoint_and_elastic_state(tmp_path):
     import keras
     cases.check_checkpoint_and_elastic_state(keras, lambda: keras.optimizers.SGD(0.1), tmp_path,
