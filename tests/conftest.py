@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+import allowed_skips
 import rank_summaries
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,6 +53,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=_hand_out_rank)  # stable: each file's tests stay together, in order
 
 
+def _whole_suite_or_ci(config):
+    """The skip check's scope: the whole suite (the README's command names
+    tests/), or any run with CI=true; never inside a rank's own pytest."""
+    if os.environ.get(rank_summaries.SUMMARY_VAR) or rank_summaries.this_rank() >= 0:
+        return False
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        return True
+    where = str(config.invocation_params.dir)
+    named = {os.path.abspath(os.path.join(where, str(a).split("::")[0])) for a in config.args}
+    return bool(named & {os.path.join(REPO, "tests"), REPO})
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -61,6 +74,24 @@ def pytest_sessionfinish(session, exitstatus):
         line = rank_summaries.summary_line(rank_summaries.summary_of(stats, rank_summaries.this_rank()))
         sys.stdout.flush()
         os.write(1, ("\n%s\n" % line).encode())
+        return
+    if hasattr(config, "workerinput") or not _whole_suite_or_ci(config):
+        return  # an xdist worker: the controller sees every worker's reports
+    skips = rank_summaries.summary_of(stats, -1)["skips"]
+    config._tf_ring_unexpected_skips = allowed_skips.unexpected(skips)
+    if config._tf_ring_unexpected_skips and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    unexpected = getattr(config, "_tf_ring_unexpected_skips", None)
+    if unexpected:
+        terminalreporter.section("unexpected skips: this run fails", sep="=", red=True, bold=True)
+        terminalreporter.line(
+            "Only the tests in tests/allowed_skips.py may skip in a whole run or under CI=true "
+            "(docs/testing.md). These skipped:")
+        for nodeid, reason in unexpected:
+            terminalreporter.line("  %s: %s" % (nodeid, reason))
 
 
 def job_marker():

@@ -1,11 +1,14 @@
-"""The launching tests' judgement of their ranks (tests/rank_summaries.py):
-a skip on a rank is never a pass."""
+"""The launching tests' judgement of their ranks (tests/rank_summaries.py)
+and the whole suite's check of its skips (tests/allowed_skips.py, the hooks
+in tests/conftest.py): a skip on a rank is never a pass, and a skip nobody
+listed fails a whole run."""
 import os
 import subprocess
 import sys
 
 import pytest
 
+import allowed_skips
 import rank_summaries as rs
 from conftest import REPO
 
@@ -90,6 +93,18 @@ def test_check_ranks_skips_or_fails_the_launching_test():
     assert rs.check_ranks(output_of(summary(0), summary(1)), 2).kind == "pass"
 
 
+def test_only_the_listed_skips_are_allowed():
+    gpu = ("tests/gpu/test_gpu.py::test_collectives_on_gpu[2]",
+           "no GPU test possible: PyTorch is not installed (the GPU tests hold CUDA tensors in PyTorch)")
+    jax = ("tests/builds/test_engine_only.py::test_xla_handlers_inside_a_jax_jit_program_on_host_arrays[3]",
+           "JAX is not installed here: the handlers run through jax.ffi where it is")
+    hosts = ("tests/multihost/test_hierarchical.py::test_hierarchical_collectives_ranks_placed_host_by_host",
+             "simulated hosts need root")
+    other_reason = ("tests/gpu/test_xla_gpu.py::test_collectives_inside_a_compiled_gpu_step[2]",
+                    "tf_ring is not a CUDA build with the XLA lowering (cpu)")
+    assert allowed_skips.unexpected([gpu, jax, hosts, other_reason]) == [hosts, other_reason]
+
+
 def run_cases(*args, **env):
     full = dict(os.environ, **env)
     for name in (rs.SUMMARY_VAR, "CI", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
@@ -109,3 +124,43 @@ def test_a_rank_prints_its_summary_with_its_skips():
     assert got["counts"] == dict(dict.fromkeys(rs.COUNTS, 0), passed=1, skipped=1)
     assert got["skips"] == [["tests/unit/rank_summary_cases.py::test_skips_when_told",
                              "no such device"]]
+
+
+# The suite runs on pytest-xdist workers: the controller must see their skips.
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["plain", "xdist"])
+def test_under_ci_an_unlisted_skip_fails_the_run_naming_it(workers):
+    done = run_cases(*workers, CI="true", TF_RING_TEST_CASE_SKIP="namespaces cannot be made here")
+    assert done.returncode == 1, done.stdout
+    assert "unexpected skips: this run fails" in done.stdout
+    assert ("tests/unit/rank_summary_cases.py::test_skips_when_told: namespaces cannot be made "
+            "here") in done.stdout
+
+
+def test_under_ci_a_run_without_skips_passes_and_a_plain_run_ignores_skips():
+    assert run_cases(CI="true").returncode == 0
+    assert run_cases(TF_RING_TEST_CASE_SKIP="fine by hand").returncode == 0
+
+
+class FakeConfig(object):
+    def __init__(self, where, *args):
+        self.invocation_params = type("Params", (), {"dir": where})()
+        self.args = list(args)
+
+
+@pytest.mark.parametrize("where, args, checked", [
+    (REPO, ["tests"], True),                                  # the README's command
+    (REPO, ["tests/"], True),
+    (os.path.join(REPO, "tests"), ["."], True),
+    (REPO, ["tests/unit"], False),                            # a tier by hand
+    (REPO, ["tests/multihost/test_hierarchical.py"], False),
+    (REPO, ["tests/unit", "tests/launcher"], False),
+])
+def test_the_skip_check_covers_the_whole_suite_not_a_tier(monkeypatch, where, args, checked):
+    import conftest
+    for name in ("CI", rs.SUMMARY_VAR, "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert conftest._whole_suite_or_ci(FakeConfig(where, *args)) is checked
+    monkeypatch.setenv("CI", "true")
+    assert conftest._whole_suite_or_ci(FakeConfig(where, *args)) is True
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")  # a rank's own pytest: its launcher judges
+    assert conftest._whole_suite_or_ci(FakeConfig(where, *args)) is False
