@@ -8,6 +8,9 @@ import uuid
 
 import pytest
 
+import allowed_skips
+import rank_summaries
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The files the ranks run (mpi_*.py): the parallel tier's tests start them.
 PARALLEL_DIR = os.path.join(REPO, "tests", "parallel", "ranks")
@@ -48,6 +51,47 @@ def _hand_out_rank(item):
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_hand_out_rank)  # stable: each file's tests stay together, in order
+
+
+def _whole_suite_or_ci(config):
+    """The skip check's scope: the whole suite (the README's command names
+    tests/), or any run with CI=true; never inside a rank's own pytest."""
+    if os.environ.get(rank_summaries.SUMMARY_VAR) or rank_summaries.this_rank() >= 0:
+        return False
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        return True
+    where = str(config.invocation_params.dir)
+    named = {os.path.abspath(os.path.join(where, str(a).split("::")[0])) for a in config.args}
+    return bool(named & {os.path.join(REPO, "tests"), REPO})
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    stats = reporter.stats if reporter is not None else {}
+    if os.environ.get(rank_summaries.SUMMARY_VAR) == "1":
+        # A rank under a launching test (rank_summaries.py): one line with its counts.
+        line = rank_summaries.summary_line(rank_summaries.summary_of(stats, rank_summaries.this_rank()))
+        sys.stdout.flush()
+        os.write(1, ("\n%s\n" % line).encode())
+        return
+    if hasattr(config, "workerinput") or not _whole_suite_or_ci(config):
+        return  # an xdist worker: the controller sees every worker's reports
+    skips = rank_summaries.summary_of(stats, -1)["skips"]
+    config._tf_ring_unexpected_skips = allowed_skips.unexpected(skips)
+    if config._tf_ring_unexpected_skips and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    unexpected = getattr(config, "_tf_ring_unexpected_skips", None)
+    if unexpected:
+        terminalreporter.section("unexpected skips: this run fails", sep="=", red=True, bold=True)
+        terminalreporter.line(
+            "Only the tests in tests/allowed_skips.py may skip in a whole run or under CI=true "
+            "(docs/testing.md). These skipped:")
+        for nodeid, reason in unexpected:
+            terminalreporter.line("  %s: %s" % (nodeid, reason))
 
 
 def job_marker():
@@ -113,16 +157,30 @@ def run_under_launcher(np, command, timeout=600, env=None, cwd=REPO):
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def run_parallel_pytest(path, np, timeout=600, env=None, extra=(), launcher_args=()):
-    """Runs one pytest file on every rank; fails with all ranks' output if any rank fails.
-    `extra` goes to pytest (more files, options), `launcher_args` to tfringrun (hosts)."""
-    result = run_under_launcher(
-        np, list(launcher_args) + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                   "-o", "addopts=", "-o", "python_files=mpi_*.py", "-x", path]
-        + list(extra),
-        timeout=timeout, env=env)
+def rank_pytest_command(*args):
+    """pytest on a rank, for the ranks' files (mpi_*.py): the suite's addopts
+    dropped, stopping at the first failure."""
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+            "-o", "python_files=mpi_*.py", "-x"] + list(args)
+
+
+def run_ranks_pytest(np, command, timeout=600, env=None, what="the job"):
+    """Runs `command` (tfringrun's flags, then rank_pytest_command's) on `np`
+    ranks. Fails with all ranks' output unless the job succeeded and every
+    rank ran the same tests, all passing; skips with the ranks' reasons if
+    they skipped any (tests/rank_summaries.py)."""
+    result = run_under_launcher(np, command, timeout=timeout,
+                                env=dict(env or {}, **{rank_summaries.SUMMARY_VAR: "1"}))
     if result.returncode != 0:
         pytest.fail("%s failed under %d ranks (exit %d)\n--- stdout ---\n%s\n--- stderr ---\n%s"
-                    % (os.path.basename(path), np, result.returncode, result.stdout[-20000:],
+                    % (what, np, result.returncode, result.stdout[-20000:],
                        result.stderr[-8000:]))
+    rank_summaries.check_ranks(result.stdout, np)
     return result
+
+
+def run_parallel_pytest(path, np, timeout=600, env=None, extra=(), launcher_args=()):
+    """Runs one pytest file on every rank, as run_ranks_pytest judges it.
+    `extra` goes to pytest (more files, options), `launcher_args` to tfringrun (hosts)."""
+    return run_ranks_pytest(np, list(launcher_args) + rank_pytest_command(path, *extra),
+                            timeout=timeout, env=env, what=os.path.basename(path))

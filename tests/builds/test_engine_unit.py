@@ -13,7 +13,8 @@ SOURCES = ["cc/common/base/message.cc", "cc/common/base/counts.cc",
            "cc/common/negotiation/response_cache.cc", "cc/common/base/dtype.cc",
            "cc/common/transport/hierarchical_choice.cc",
            "cc/common/process_sets/process_set_change.cc",
-           "cc/common/negotiation/agreed_settings.cc"]
+           "cc/common/negotiation/agreed_settings.cc",
+           "cc/common/transport/cpu_home_choice.cc"]
 
 
 def build_and_run(tmp_path, test_source):
@@ -41,3 +42,7 @@ def test_out_of_step_unit(tmp_path):
 
 def test_response_cache_unit(tmp_path):
     build_and_run(tmp_path, "tests/cc/response_cache_unit_test.cc")
+
+
+def test_cpu_home_unit(tmp_path):
+    build_and_run(tmp_path, "tests/cc/cpu_home_unit_test.cc")

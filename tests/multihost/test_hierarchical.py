@@ -6,11 +6,10 @@ order, so allgather must reorder host blocks into rank order); and
 mpi_hierarchical_process_sets.py (process sets choosing their own paths)
 both ways."""
 import os
-import sys
 
 import pytest
 
-from conftest import REPO, run_under_launcher
+from conftest import REPO, rank_pytest_command, run_ranks_pytest
 from multihost.simulated_hosts import SimulatedHosts, namespaces_available
 
 AVAILABLE, WHY = namespaces_available()
@@ -21,14 +20,10 @@ PARALLEL_FILE = os.path.join(REPO, "tests", "multihost", "ranks", "mpi_hierarchi
 
 def run_file(launcher_args, placement, select=(), parallel_file=PARALLEL_FILE):
     """`placement` ("by_slot" or "round_robin") is checked by the ranks."""
-    command = launcher_args + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "-o", "addopts=", "-o", "python_files=mpi_*.py", "-x",
-                               parallel_file] + list(select)
-    result = run_under_launcher(4, command, timeout=900, env={"TF_RING_TEST_PLACEMENT": placement})
-    assert result.returncode == 0, "exit %d\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
-        result.returncode, result.stdout[-20000:], result.stderr[-8000:])
-    assert result.stdout.count(" passed") >= 4, result.stdout[-4000:]  # every rank ran the tests
-    return result
+    # Every rank ran the same tests, all passing (a skip on a rank skips this test).
+    return run_ranks_pytest(4, launcher_args + rank_pytest_command(parallel_file, *select),
+                            timeout=900, env={"TF_RING_TEST_PLACEMENT": placement},
+                            what=os.path.basename(parallel_file))
 
 
 def test_hierarchical_collectives_ranks_placed_host_by_host():

@@ -52,26 +52,37 @@ def job_directory_name(timeout=60):
     return None
 
 
-def squat_then_add(hosts, tmp_path, plant, extra_args=(), timeout=90):
+def squat_then_add(hosts, tmp_path, plant, extra_args=(), timeout=180):
     """Runs a 0.3 s-a-step counter job that discovery first puts on simhost0
-    only. Once the job's directory name is out (as `ls /dev/shm` on simhost0
-    shows it), nobody runs `plant(name)` (a shell command) on simhost1, where
-    no rank has run yet, and then discovery adds simhost1: the job grows onto
-    the squatted host. Returns (rc, lines, name, the attacker's CompletedProcess).
-    Known race, rare: listed before the launcher's first discovery, simhost1
-    joins world 0 as an ordinary host and the squatted folder is never
-    touched (the user's files stay intact; tests 2 and 5 then miss the
-    refusal they look for). Waiting for the first step instead left the job
-    too little time to grow under CI's load; a job held until it grows is
-    the fix still to make."""
+    only. Once the job runs there (its first step printed: world 0 has formed
+    without simhost1) and its directory name is out (as `ls /dev/shm` on
+    simhost0 shows it), nobody runs `plant(name)` (a shell command) on
+    simhost1, where no rank has run yet, and then discovery adds simhost1:
+    the job grows onto the squatted host. Returns (rc, lines, name, the
+    attacker's CompletedProcess).
+
+    Listed before the launcher's first discovery, simhost1 would join world
+    0 as an ordinary host, and no folder squatted for a grown host or spare
+    would ever be touched (seen under CI's two workers); so the attacker
+    waits for the first step. The job then holds at step 1 (committing,
+    where the host update is noticed) until it has grown to 2 ranks or been
+    stopped by the refusal, at most 240 pauses (72 s): under CI's load a job
+    that went on stepping could end before it grew."""
     listed = tmp_path / "hosts"
     listed.write_text("simhost0\n")
     discovery = tmp_path / "discover.sh"
     discovery.write_text("#!/bin/sh\ncat %s\n" % listed)
     discovery.chmod(0o755)
     done = {}
+    first_step = threading.Event()
+
+    def on_line(line):
+        if line.startswith("STEP rank=0 "):
+            first_step.set()
 
     def attack():
+        if not first_step.wait(timeout):
+            return
         name = job_directory_name()
         if name:
             done["dir"] = name
@@ -81,8 +92,11 @@ def squat_then_add(hosts, tmp_path, plant, extra_args=(), timeout=90):
 
     attacker = threading.Thread(target=attack, daemon=True)
     attacker.start()
-    rc, lines = run_counter(hosts, str(tmp_path), min_np=1, job_env={"COUNTER_STEP_S": "0.3"},
-                            timeout=timeout, discovery=str(discovery), extra_args=extra_args)
+    rc, lines = run_counter(hosts, str(tmp_path), min_np=1,
+                            job_env={"COUNTER_STEP_S": "0.3", "COUNTER_HOLD_AT_STEP": "1",
+                                     "COUNTER_HOLD_UNTIL_SIZE": "2"},
+                            timeout=timeout, discovery=str(discovery), extra_args=extra_args,
+                            on_line=on_line)
     attacker.join(30)
     assert "run" in done, "the attacker never saw the job: " + text(lines, "err")[-3000:]
     return rc, lines, done["dir"], done["run"]

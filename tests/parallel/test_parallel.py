@@ -102,6 +102,5 @@ def test_parallel_files(group, np):
     paths = [_path(name) for name in files]
     select = THREE_RANKS[group] if np == 3 else None
     extra = paths[1:] + (["-k", select] if select else [])
-    result = run_parallel_pytest(paths[0], np, env=env, extra=extra, timeout=1500)
-    # Every rank must have run the tests, not collected nothing.
-    assert result.stdout.count(" passed") >= np, result.stdout[-4000:]
+    # Every rank must run the same tests, all passing (a skip on a rank skips this test).
+    run_parallel_pytest(paths[0], np, env=env, extra=extra, timeout=1500)

@@ -12,6 +12,7 @@ import time
 from tf_ring.plumbing.job_settings import WorldSettings
 from tf_ring.run import arguments, job_watch
 from tf_ring.run.job_watch import JobWatch
+from tf_ring.run.supervision import Ended, Supervision
 
 TOKEN = "ab12"
 
@@ -220,28 +221,35 @@ def test_a_pmix_start_failure_before_any_rank_is_retried_once(monkeypatch, capsy
             b"continue.\n-----\n")
     runs = []
 
-    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup, silence_timeout=None):
-        runs.append(watch)
+    def fake_run_mpirun(cmd, env, supervision):
+        runs.append(supervision.watch)
         if len(runs) == 1:
-            pump(watch, [said])
-            return 213
-        return 0
+            pump(supervision.watch, [said])
+            return Ended(213, None, False)
+        # Every rank ran and ended cleanly, as the watch would have heard.
+        supervision.watch.started.update({r: "localhost" for r in range(2)})
+        supervision.watch.ended.update({r: ("exit", 0) for r in range(2)})
+        return Ended(0, None, False)
 
-    monkeypatch.setattr(launcher, "_run_job", fake_run_job)
+    monkeypatch.setattr(launcher, "run_mpirun", fake_run_mpirun)
     assert launcher.main(["-np", "2", "true"]) == 0
     assert len(runs) == 2 and runs[0] is not runs[1]  # a fresh watch for the second start
-    assert "starting the job once more" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "starting the job once more" in err
+    # The failed first start is not the job's failure: nothing says the job failed.
+    assert "failed with exit code" not in err and "the job failed" not in err
 
     runs.clear()
 
-    def fails_otherwise(cmd, env, np, watch, start_timeout, cleanup, silence_timeout=None):
-        runs.append(watch)
-        pump(watch, [b"some other mpirun error\n"])
-        return 1
+    def fails_otherwise(cmd, env, supervision):
+        runs.append(supervision.watch)
+        pump(supervision.watch, [b"some other mpirun error\n"])
+        return Ended(1, None, False)
 
-    monkeypatch.setattr(launcher, "_run_job", fails_otherwise)
+    monkeypatch.setattr(launcher, "run_mpirun", fails_otherwise)
     assert launcher.main(["-np", "2", "true"]) == 1
     assert len(runs) == 1
+    assert "tfringrun: the job failed" in capsys.readouterr().err  # a final failure is reported
 
 
 def fake_elastic_worlds(monkeypatch, said_when_not_started):
@@ -251,8 +259,8 @@ def fake_elastic_worlds(monkeypatch, said_when_not_started):
     from tf_ring.run import launcher
     outcomes = []
 
-    def fake_run_job(cmd, env, np, watch, start_timeout, cleanup, say_failed=True, finished=None,
-                     silence_timeout=None):
+    def fake_run_job(cmd, env, np, supervision, say_failed=True):
+        watch = supervision.watch
         if outcomes.pop(0) == "no start":
             pump(watch, [said_when_not_started])
             return 213
@@ -304,12 +312,12 @@ def test_an_elastic_world_whose_daemon_did_not_start_is_started_again_before_bla
 
     runs = []
 
-    def plain_run_job(cmd, env, np, watch, start_timeout, cleanup, silence_timeout=None):
-        runs.append(watch)
-        pump(watch, [said])
-        return 213
+    def plain_run_mpirun(cmd, env, supervision):
+        runs.append(supervision.watch)
+        pump(supervision.watch, [said])
+        return Ended(213, None, False)
 
-    monkeypatch.setattr(launcher, "_run_job", plain_run_job)
+    monkeypatch.setattr(launcher, "run_mpirun", plain_run_mpirun)
     assert launcher.main(["-np", "2", "-H", "h0:1,h1:1", "true"]) == 213
     assert len(runs) == 1
 
@@ -367,8 +375,8 @@ def test_the_heartbeat_summary_is_printed_only_for_a_job_whose_ranks_ran(capfd):
 
     def run(script):
         watch = JobWatch(TOKEN, 2, {0: "h0", 1: "h0"})
-        launcher._run_job(["sh", "-c", script], dict(os.environ), 2, watch, start_timeout=60,
-                          silence_timeout=30)
+        launcher._run_job(["sh", "-c", script], dict(os.environ), 2,
+                          Supervision(watch, start_timeout=60, silence_timeout=30))
         return capfd.readouterr().err
 
     said = "The PMIx server's listener thread failed to start. We cannot continue."
@@ -392,8 +400,8 @@ def test_a_ranks_end_line_closes_its_last_silence(capfd):
     watch = JobWatch(TOKEN, 1, {0: "h0"})
     script = "echo '%s' >&2; sleep 1.2; echo '%s' >&2" % (
         status("start", 0, "h0").decode().strip(), status("exit", 0, "0").decode().strip())
-    launcher._run_job(["sh", "-c", script], dict(os.environ), 1, watch, start_timeout=60,
-                      silence_timeout=30)
+    launcher._run_job(["sh", "-c", script], dict(os.environ), 1,
+                      Supervision(watch, start_timeout=60, silence_timeout=30))
     assert 1.1 < watch.longest_gap["output"] < 5, capfd.readouterr().err
 
 

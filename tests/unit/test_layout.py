@@ -83,11 +83,6 @@ def _string_constants(path):
             yield node.lineno, node.value
 
 
-# Files issue 47's channel work rewrites; their names move to env_names once it lands.
-PENDING_NAMES = ("tf_ring/plumbing/control_wire.py", "tf_ring/hosted/frames.py",
-                 "tf_ring/hosted/task_service.py", "tf_ring/hosted/rank_entry.py")
-
-
 def test_environment_names_and_exit_codes_are_defined_once():
     """Every TF_RING_* variable and the exit code 75 are spelled out in
     tf_ring/plumbing/env_names.py alone; everything else imports them."""
@@ -95,7 +90,7 @@ def test_environment_names_and_exit_codes_are_defined_once():
     spelled = []
     for path in _files("tf_ring", suffixes=(".py",)):
         rel = os.path.relpath(path, ROOT)
-        if rel in (home,) + PENDING_NAMES:
+        if rel == home:
             continue
         for line, value in _string_constants(path):
             if value == 75 or re.fullmatch(r"TF_RING_[A-Z0-9_]+", str(value)):

@@ -2,9 +2,11 @@
 restore and sync in memory, the exceptions that drive recovery, and
 shard_dataset for re-sharding a tf.data epoch after a reset.
 
-What exists and what does not yet (in-process recovery from a lost rank
-needs the engine's ULFM support; tfringrun's elastic mode restarts every
-rank instead): docs/elastic.md.
+A lost rank is survived either by restarting every rank from the last
+commit (tfringrun's elastic mode) or in-process, the survivors shrinking
+the communicator and going on without a restart (`--recovery in-process`,
+MPI ULFM: tf_ring.elastic.in_process). What each mode covers, and what
+neither does yet: docs/elastic.md.
 
 The names load on first use, as in the top-level package: the launcher
 imports tf_ring.elastic.notices, and must start where TensorFlow is

@@ -2,10 +2,12 @@
 
 Rank 0 polls a source at every `State.check_host_updates()` and broadcasts
 what it found, so every rank decides from rank 0's view together. The source
-is pluggable: under the elastic driver (tfringrun --min-np ...) the file
-source of tf_ring.elastic.notices is installed on first use; tests install
-one that injects a notice. With none installed rank 0 reports no change (the
-broadcast still runs, so the collective pattern does not depend on it).
+is pluggable: under the elastic driver (tfringrun --min-np ...) rank 0's
+first poll installs tf_ring.elastic.notices' source, which asks the driver's
+control service for new notices over the job's authenticated control
+channel (tf_ring.elastic.control_client); tests install one that injects a
+notice. With none installed rank 0 reports no change (the broadcast still
+runs, so the collective pattern does not depend on it).
 """
 _source = None
 _from_environment_checked = False

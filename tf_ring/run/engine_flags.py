@@ -78,8 +78,10 @@ ENGINE_FLAGS = (
           "batching window: after the first tensor arrives, wait up to this many ms for more",
           default="0", metavar="MS", type=non_negative_float),
     _flag("--cache-capacity", env_names.CACHE_CAPACITY, GROUP_ENGINE,
-          "response cache entries; 0 turns the cache off",
-          default="1024", metavar="N", type=non_negative_int),
+          "keep the response cache (one entry per tensor name) at N entries; left unset "
+          "it starts at 1024 and doubles, up to 4096, when the job cycles through more "
+          "names than it holds (a loop's iterations); 0 turns the cache off",
+          default="1024, growing to 4096", metavar="N", type=non_negative_int),
     _flag("--no-shm", env_names.SHM, GROUP_ENGINE,
           "use MPI collectives even when all ranks share one node",
           default="1, shared memory on", switch_value="0"),

@@ -10,18 +10,15 @@ Deliberately free of TensorFlow imports so that it starts instantly.
 import functools
 import os
 import shlex
-import signal
-import subprocess
 import sys
-import threading
-import time
 
 from tf_ring.elastic_driver import driver as elastic_driver, elastic_plan, warm_spares
-from tf_ring.plumbing import interface_addresses, process_tree
+from tf_ring.plumbing import interface_addresses
 from tf_ring.plumbing.job_settings import WorldSettings
 from tf_ring.run import (beats, check_build, job_watch, layout, mpi_operator, orphan_daemons,
                          session_dirs, start_retry)
 from tf_ring.run.arguments import job_settings, make_parser
+from tf_ring.run.supervision import Supervision, report, run_mpirun, say_job_failed
 
 # --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected")
 # unless each rank presents its own host identity; it then joins them over
@@ -188,19 +185,31 @@ def main(argv=None):
 
 
 def _run_plain(job, env, cmd, token, cleanup, listener):
+    silence = job.detection_timeout if _beat_interval(job) else None
 
     def start_job(may_retry):
-        watch = None
-        if _watches_status(job):
-            planned = layout.rank_layout(job.np, job.hosts, os.cpu_count() or 1)
-            watch = job_watch.JobWatch(token, job.np, {rank: host for rank, host, _ in planned},
-                                       quiet_tf=_quiets_tf(job))
-            _hear_udp_beats(listener, watch)
-        rc = _run_job(cmd, env, job.np, watch, job.start_timeout, cleanup,
-                      silence_timeout=job.detection_timeout if _beat_interval(job) else None)
+        """One start of the job: (its exit code, its watch, its exit code); a
+        start that failed transiently before any rank ran and will be made
+        once more (start_retry) is not reported: that failure is not the job's."""
+        watch = _new_watch(job, job.np, job.hosts, token, listener) if _watches_status(job) else None
+        supervision = Supervision(watch, job.start_timeout, cleanup, silence_timeout=silence)
+        ended = run_mpirun(cmd, env, supervision)
+        if (may_retry and ended.rc != 0 and ended.signal is None
+                and start_retry.why_nothing_started(watch, daemons_too=False)):
+            return None, watch, ended.rc
+        rc = report(ended, job.np, supervision)
         return rc, watch, rc
 
     return start_retry.once_more_if_nothing_started(start_job, "the job")
+
+
+def _new_watch(job, np, hosts, token, listener):
+    """The JobWatch of one start of `np` ranks over `hosts`, hearing UDP beats if the job sends them."""
+    planned = layout.rank_layout(np, hosts, os.cpu_count() or 1)
+    watch = job_watch.JobWatch(token, np, {rank: host for rank, host, _ in planned},
+                               quiet_tf=_quiets_tf(job))
+    _hear_udp_beats(listener, watch)
+    return watch
 
 
 def _hear_udp_beats(listener, watch):
@@ -223,174 +232,42 @@ def _start_world(world, env, token, cleanup, listener, may_retry):
     # main() made the listener only when the job beats (every world alike).
     job = world.job
     cmd = build_command(world, environ=env, token=token, udp_beats=listener is not None)
-    planned = layout.rank_layout(world.np, world.hosts, os.cpu_count() or 1)
-    watch = job_watch.JobWatch(token, world.np, {rank: host for rank, host, _ in planned},
-                               quiet_tf=_quiets_tf(job))
-    _hear_udp_beats(listener, watch)
+    watch = _new_watch(job, world.np, world.hosts, token, listener)
     finished = None
     if job.in_process:
         finished = lambda: elastic_plan.survivors_finished(  # noqa: E731
             dict(watch.ended), world.shrunk_size or world.np)
     silence = job.detection_timeout if _beat_interval(job) else None
-    rc = _run_job(cmd, env, world.np, watch, job.start_timeout, cleanup, say_failed=False,
-                  finished=finished, silence_timeout=silence)
+    rc = _run_job(cmd, env, world.np, Supervision(watch, job.start_timeout, cleanup, finished,
+                                                  silence), say_failed=False)
     if may_retry and rc != 0 and start_retry.why_nothing_started(watch, daemons_too=True):
         return None, watch, rc  # judged after the second start
+    return _judge_world(world, watch, rc, in_process=finished is not None), watch, rc
+
+
+def _judge_world(world, watch, rc, in_process):
+    """(rc, hosts lost) of a world that ran, as elastic_plan judges it."""
     if start_retry.mpirun_failed_to_start_itself(watch):
-        _say_failed(rc or 1)  # twice: an ordinary failure, no host to blame
-        return (rc or 1, set()), watch, rc
-    if finished is not None:
+        say_job_failed(rc or 1)  # twice: an ordinary failure, no host to blame
+        return rc or 1, set()
+    if in_process:
         return elastic_plan.judge_in_process_world(
             dict(watch.ended), list(watch.end_order), watch.lost_ranks(), watch.lost_hosts_named(),
-            watch.host_of, world.np, world.shrunk_size, world.shrunk_survivors), watch, rc
+            watch.host_of, world.np, world.shrunk_size, world.shrunk_survivors)
     judged_rc, lost = elastic_plan.judge_world(rc, dict(watch.ended), list(watch.end_order),
                                                watch.lost_ranks(), watch.lost_hosts_named(),
                                                watch.host_of, watch.mpi_error_ranks())
     # A world that lost ranks or was asked to grow restarts (the driver says
     # so); "job failed" there would be wrong. Only an ordinary failure says it.
     if judged_rc not in (0, elastic_plan.EXIT_HOSTS_UPDATED) and not lost:
-        _say_failed(judged_rc)
-    return (judged_rc, lost), watch, rc
+        say_job_failed(judged_rc)
+    return judged_rc, lost
 
 
-# Signals that stop the job: the launcher passes them on to mpirun, which
-# stops every rank. Dying on them instead would leave mpirun and the ranks
-# running with no parent.
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-# After asking mpirun to stop, how long to wait before killing it outright:
-# while a daemon is still starting, mpirun ignores SIGTERM.
-_STOP_GRACE_S = 10.0
-# Every rank of a fault-tolerant world ended but mpirun did not: how long to
-# let it exit on its own first.
-_FINISH_GRACE_S = 3.0
-# A host declared silent: mpirun, stuck on its daemon, did not end the others'
-# ranks in 3 s (measured); their daemons do when mpirun's tree is killed.
-_SILENT_GRACE_S = 1.0
-
-
-def _run_job(cmd, env, np, watch=None, start_timeout=None, cleanup=None, say_failed=True,
-             finished=None, silence_timeout=None):
-    """Runs mpirun; `cleanup(hosts, mpirun_pid)` then stops daemons left on
-    hosts where no rank started. say_failed=False leaves the generic "job
-    failed" line to the caller (an elastic world may end in a restart).
-    `finished()` True: the ranks are done though mpirun may not know (under
-    ULFM it has been seen to wait for a lost rank); mpirun is stopped after
-    _FINISH_GRACE_S. `silence_timeout`: a host whose ranks' wrappers have not
-    been heard from for that long (job_watch's beats) is declared lost and
-    mpirun is stopped, its job being stuck on that host."""
-    received, started = [], []
-
-    def forward(signum, _frame):
-        received.append(signum)
-        for proc in started:
-            proc.send_signal(signum)
-
-    # Installed before mpirun starts, so no signal finds the launcher unguarded.
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
-    start_timed_out = False
-    try:
-        pipe = subprocess.PIPE if watch else None
-        proc = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe)
-        started.append(proc)
-        if received:  # arrived while mpirun was starting
-            proc.send_signal(received[0])
-        pumps = []
-        if watch:  # mpirun says which host it lost on stdout or stderr
-            for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-                out.flush()
-                pumps.append(threading.Thread(target=watch.pump, daemon=True, args=(
-                    stream.fileno(), getattr(out, "buffer", out)),
-                    kwargs={"carries_tf_logs": out is sys.stderr}))
-                pumps[-1].start()
-        launched, stop_asked, stuck_agents, done_at = time.time(), None, [], None
-        stop_grace = _STOP_GRACE_S
-        while proc.poll() is None:
-            time.sleep(0.1)
-            now = time.time()
-            if finished is not None and stop_asked is None and finished():
-                done_at = done_at or now
-                if now - done_at > _FINISH_GRACE_S:
-                    stop_asked, stop_grace = now, _FINISH_GRACE_S  # nothing left to save
-                    proc.terminate()
-            if silence_timeout and watch and stop_asked is None:
-                silent = watch.silent_hosts(now, silence_timeout)
-                if silent:
-                    watch.declared_lost.extend(silent)
-                    print("tfringrun: nothing heard from %s for %g s (--detection-timeout): "
-                          "declaring it lost and stopping the job" % (", ".join(silent),
-                                                                       silence_timeout),
-                          file=sys.stderr)
-                    stop_asked, stop_grace = now, _SILENT_GRACE_S
-                    proc.terminate()
-            if (watch and not start_timed_out and not watch.all_started()
-                    and now - launched > start_timeout):
-                start_timed_out, stop_asked = True, now
-                # mpirun may exit on SIGTERM without its hung agents: note them.
-                stuck_agents = process_tree.descendants(proc.pid)
-                proc.terminate()
-            if received and stop_asked is None:
-                stop_asked = now
-            if stop_asked is not None and now - stop_asked > stop_grace:
-                process_tree.kill_tree(proc.pid)
-        rc = proc.wait()
-        if silence_timeout and watch and watch.started:
-            # Only for a job whose ranks ran: one mpirun that failed to start
-            # (and is started once more) heard no beats to summarise.
-            print(watch.heartbeat_summary(silence_timeout), file=sys.stderr)
-        process_tree.kill(stuck_agents)
-        if watch and cleanup and not watch.all_started():
-            cleanup(sorted(watch.hosts_without_start()), proc.pid)
-        deadline = time.time() + 5.0
-        for pump in pumps:
-            # A leftover process may still hold a pipe; do not wait on it long.
-            pump.join(timeout=max(0.0, deadline - time.time()))
-        if watch:
-            watch.take_mpirun_reports()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if received:
-        name = signal.Signals(received[0]).name
-        print("tfringrun: %s received; the job was stopped on all %d ranks (mpirun exited with %d)"
-              % (name, np, rc), file=sys.stderr)
-        return 128 + received[0]
-    if start_timed_out:
-        print(_start_timeout_message(watch, start_timeout), file=sys.stderr)
-        return 1
-    message = None
-    if watch:
-        rc, message = watch.verdict(rc)
-    if message and not say_failed:
-        # An elastic world: the driver says whether the job failed or restarts.
-        message = "\n".join(l for l in message.splitlines()
-                             if not l.startswith("tfringrun: the job failed")) or None
-    if message:
-        print(message, file=sys.stderr)
-    elif rc != 0 and say_failed:
-        _say_failed(rc)
-    return rc
-
-
-def _say_failed(rc):
-    print("tfringrun: job failed with exit code %d (see the 'rank N exited' line above for the "
-          "first rank that failed)" % rc, file=sys.stderr)
-
-
-def _start_timeout_message(watch, timeout):
-    waiting = watch.hosts_without_start()
-    named = watch.mpirun_named_hosts()
-    hosts = ", ".join("%s (ranks %s)" % (host, ", ".join(map(str, ranks)))
-                      for host, ranks in sorted(waiting.items()))
-    text = ("tfringrun: the job was stopped: %d of %d ranks had not started %g s after launch "
-            "(--start-timeout): %s. mpirun starts the ranks only once its daemon runs on every "
-            "host, so one of these hosts is unreachable or asks for a password; check `ssh HOST` "
-            "works without one, the --rsh-agent and --network-interface"
-            % (watch.np - len(watch.started), watch.np, timeout, hosts))
-    if named:
-        text += ". mpirun reported trouble with: %s" % ", ".join(named)
-    return text
+def _run_job(cmd, env, np, supervision=Supervision(), say_failed=True):
+    """Runs mpirun under `supervision` (tf_ring.run.supervision), says how
+    the job ended and returns the launcher's exit code."""
+    return report(run_mpirun(cmd, env, supervision), np, supervision, say_failed)
 
 
 if __name__ == "__main__":

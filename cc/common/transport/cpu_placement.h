@@ -23,32 +23,12 @@
 #include <mpi.h>
 #include <sched.h>
 
-#include <string>
+#include "common/transport/cpu_home_choice.h"
 
 namespace tf_ring {
 
-// The CPUs the local ranks may run on: the union of their affinity masks
-// (the same on every rank), and this rank's own mask.
-struct LocalCpus {
-  cpu_set_t all;
-  cpu_set_t mine;
-  int count = 0;
-};
-
-// Collective over `local_comm`.
+// The local ranks' CPUs (LocalCpus). Collective over `local_comm`.
 LocalCpus GatherLocalCpus(MPI_Comm local_comm);
-
-// Where this local rank's engine thread keeps to during a large allreduce,
-// and the mask it returns to afterwards.
-struct CpuHome {
-  int cpu = -1;  // -1: nowhere in particular
-  cpu_set_t roam{};
-};
-
-// The local_rank-th CPU of the union, so every local rank gets its own;
-// cpu -1 where the ranks are bound, oversubscribed, alone, or it is turned
-// off. `why` says which, for the log.
-CpuHome ChooseCpuHome(const LocalCpus& cpus, int local_rank, int local_size, std::string* why);
 
 // Keeps the calling thread on home.cpu while it lives (nothing when -1),
 // then lets it roam its mask again.

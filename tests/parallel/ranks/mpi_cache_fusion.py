@@ -136,12 +136,29 @@ def test_dtype_change_under_same_name():
         np.testing.assert_array_equal(got.numpy(), np.full(4, hvd.size()))
 
 
-def test_tiny_cache_evicts_and_stays_correct():
+def test_tiny_cache_evicts_the_least_recently_used_and_stays_correct():
+    """A cache of 2 entries (set by hand, so it never grows): a name still in
+    it hits, an evicted one misses and is negotiated again, and every
+    result is right either way."""
     reinit(TF_RING_CACHE_CAPACITY=2)
-    for step in range(3):
-        for i in range(5):
-            got = hvd.allreduce(tf.constant([float(i + hvd.rank())]), op=hvd.Sum, name="evict_%d" % i)
+
+    def calls(*names):
+        before = hvd.stats()
+        for name in names:
+            i = int(name.rsplit("_", 1)[1])
+            got = hvd.allreduce(tf.constant([float(i + hvd.rank())]), op=hvd.Sum, name=name)
             assert got.numpy()[0] == sum(i + r for r in range(hvd.size()))
+        d = delta(before, hvd.stats())
+        return d["cache_hits"], d["cache_misses"]
+
+    # Two names fit: their second round hits.
+    assert calls("evict_0", "evict_1", "evict_0", "evict_1") == (2, 2)
+    # A third name evicts the least recently used (evict_0): evict_1 still
+    # hits, evict_0 misses, and its return evicts evict_2 (used before evict_1).
+    assert calls("evict_2", "evict_1", "evict_0", "evict_1", "evict_2") == (2, 3)
+    # Five names cycling through two entries: each is evicted before it
+    # comes back, so none hits.
+    assert calls(*["evict_%d" % i for _ in range(3) for i in range(5)]) == (0, 15)
 
 
 def test_fused_equals_unfused_bit_for_bit():

@@ -288,9 +288,31 @@ def test_notices_on_other_ranks_do_not_count():
     state = elastic.ObjectState(step=0)
     if hvd.rank() == 1:
         state.on_hosts_updated(10.0, elastic.HostUpdateResult.added)
+    state.step = 1
     state.commit()  # no rank raises: only rank 0's view counts
-    state.on_reset()  # a reset drops notices that were waiting
-    state.commit()
+    state.step = 2
+    state.restore()
+    assert state.step == 1  # that commit was made, not interrupted before its save
+    # The same notice on rank 0 interrupts every rank's commit: the quiet
+    # commit above was rank 0's view, not a notice gone unseen.
+    if hvd.rank() == 0:
+        state.on_hosts_updated(10.0, elastic.HostUpdateResult.added)
+    with pytest.raises(hvd.HostsUpdatedInterrupt) as caught:
+        state.commit()
+    assert caught.value.skip_sync is False  # an added host: the sync still runs
+
+
+def test_a_reset_drops_notices_that_were_waiting():
+    state = elastic.ObjectState(step=0)
+    if hvd.rank() == 0:
+        state.on_hosts_updated(10.0, elastic.HostUpdateResult.added)
+    state.on_reset()  # the reset has answered the notice
+    state.commit()  # so no rank raises for it
+    if hvd.rank() == 0:  # while a newer notice still interrupts every rank
+        state.on_hosts_updated(11.0, elastic.HostUpdateResult.removed)
+    with pytest.raises(hvd.HostsUpdatedInterrupt) as caught:
+        state.commit()
+    assert caught.value.skip_sync is True
 
 
 def test_host_update_source(host_source):
