@@ -43,7 +43,7 @@ GROUPS = {
                       "process_sets_idle"], {}),
     "elastic": (["elastic_state", "elastic_data", "elastic_mirror"], {}),
     "keras": (["keras", "keras_mixed_precision", "keras_warmup_and_load", "keras_xla",
-               "sync_batch_norm", "compression"], KERAS_ENV),
+               "sync_batch_norm", "compression", "keras_sharded"], KERAS_ENV),
     "tf_keras": (["tf_keras", "tf_keras_mixed_precision", "tf_keras_warmup_and_load",
                   "tf_keras_xla", "sync_batch_norm_tf_keras", "elastic_tf_keras",
                   "compression_tf_keras"], KERAS_ENV),
@@ -72,8 +72,10 @@ THREE_RANKS = {
     # A rank outside the training process set, and Adasum refused for a count
     # that is no power of two (under XLA too): neither happens on 2 ranks.
     # Sparse gradients gathered from three ranks' rows follow plain Keras on
-    # the global batch (an uneven count of repeated rows per token).
-    "keras": "process_set or adasum or sparse_adam",
+    # the global batch (an uneven count of repeated rows per token). Sharded
+    # optimizer state: segments of three ranks, pieces cut inside a variable
+    # and an Embedding, padding where segments differ in size.
+    "keras": "process_set or adasum or sparse_adam or sharded",
     "tf_keras": "process_set or adasum or sparse_adam",
 }
 
