@@ -170,16 +170,20 @@ class ShardedState:
         mine = self.plan.pieces(self.rank)
         for piece, var in zip(mine, self.pieces):
             var.assign(_rows_view(self.variables[piece.index])[piece.row_start:piece.row_stop])
-        piece_grads = self._scatter_dense(by_index, mine)
-        piece_grads.update(self._own_sparse_rows(by_index, mine))
+        # Every collective's result, used or not here: a rank that owns none
+        # of a reduce-scatter's or sparse gather's rows must still run it,
+        # and a graph would prune an op whose result nothing reads.
+        issued = []
+        piece_grads = self._scatter_dense(by_index, mine, issued)
+        piece_grads.update(self._own_sparse_rows(by_index, mine, issued))
         applied = [(piece_grads[i], self.pieces[i]) for i in range(len(mine)) if i in piece_grads]
         if applied:
             base.apply(optimizer, [g for g, _ in applied], [v for _, v in applied])
         else:
             optimizer._iterations.assign_add(1)  # base.apply counts a step; nothing to apply here
-        self._gather_into_model(by_index)
+        self._gather_into_model(by_index, issued)
 
-    def _scatter_dense(self, by_index, mine):
+    def _scatter_dense(self, by_index, mine, issued):
         """{position in `mine`: reduced dense gradient of that piece}, one reduce-scatter per dtype."""
         s = self.reducer.settings
         out = {}
@@ -204,6 +208,7 @@ class ShardedState:
             received = reducescatter(tf.concat(parts, 0), compression=s.compression, op=s.op,
                                      prescale_factor=s.prescale, postscale_factor=s.postscale,
                                      name=_name("grads.%d" % g))
+            issued.append(received)
             offset = 0
             for i, p in enumerate(mine):
                 if p.index in members and dense(p):
@@ -211,7 +216,7 @@ class ShardedState:
                     offset += p.size
         return out
 
-    def _own_sparse_rows(self, by_index, mine):
+    def _own_sparse_rows(self, by_index, mine, issued):
         """{position in `mine`: the gathered sparse rows that fall in that piece}."""
         sparse = [i for i, g in enumerate(by_index) if isinstance(g, tf.IndexedSlices)]
         if not sparse:
@@ -219,6 +224,7 @@ class ShardedState:
         reduced = self.reducer.reduce([by_index[i] for i in sparse],
                                       [self.variables[i] for i in sparse])
         gathered = dict(zip(sparse, reduced))
+        issued.extend(t for g in reduced for t in (g.values, g.indices))
         out = {}
         for i, p in enumerate(mine):
             grad = gathered.get(p.index)
@@ -231,8 +237,9 @@ class ShardedState:
                                       tf.constant(p.shape, tf.int64))
         return out
 
-    def _gather_into_model(self, by_index):
-        """Every rank's updated pieces, one allgather per dtype, assigned to the model's variables."""
+    def _gather_into_model(self, by_index, issued):
+        """Every rank's updated pieces, one allgather per dtype, assigned to the
+        model's variables; the allgathers wait for the `issued` collectives."""
         mine = self.plan.pieces(self.rank)
         piece_var = {id(p): v for p, v in zip(mine, self.pieces)}
         size = self.plan.size
@@ -248,8 +255,9 @@ class ShardedState:
                      for p in group.segments[self.rank] if updated(p)]
             if counts[self.rank] < width:
                 parts.append(tf.zeros([width - counts[self.rank]], dtype))
-            everyone = tf.reshape(ops.allgather(tf.concat(parts, 0),
-                                                name=_name("weights.%d" % g)),
+            with tf.control_dependencies(issued):
+                mine_flat = tf.concat(parts, 0)
+            everyone = tf.reshape(ops.allgather(mine_flat, name=_name("weights.%d" % g)),
                                   [size, width])
             rows = {}
             for r, seg in enumerate(group.segments):
