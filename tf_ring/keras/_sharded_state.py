@@ -96,7 +96,8 @@ def refuse_saving(rank, size):
     raise ValueError(
         "tf_ring: this optimizer's state is sharded (DistributedOptimizer(shard_state=True)): "
         "rank %d holds only its 1/%d share of it, so saving the optimizer's variables here "
-        "(model.save, model.save_weights, ModelCheckpoint) would write a partial state. "
+        "(model.save, model.save_weights, ModelCheckpoint) would write a partial state; the "
+        "file Keras had begun holds no optimizer state and should be deleted. "
         "Save the model's weights without the optimizer instead, e.g. "
         "numpy.savez(path, *model.get_weights()) on rank 0; a checkpoint of the whole "
         "sharded state written by every rank is not available yet (%s)" % (rank, size, DOC))
