@@ -73,9 +73,11 @@ THREE_RANKS = {
     # that is no power of two (under XLA too): neither happens on 2 ranks.
     # Sparse gradients gathered from three ranks' rows follow plain Keras on
     # the global batch (an uneven count of repeated rows per token). Sharded
-    # optimizer state: segments of three ranks, pieces cut inside a variable
-    # and an Embedding, padding where segments differ in size.
-    "keras": "process_set or adasum or sparse_adam or sharded",
+    # optimizer state: trajectories, shares and the broadcast with segments
+    # of three ranks (variables and an Embedding cut between them, a rank
+    # owning no dense rows); its refusals and other optimizers are glue.
+    "keras": ("process_set or adasum or sparse_adam or sharded_adam_follows or sharded_state "
+              "or sharded_broadcast"),
     "tf_keras": "process_set or adasum or sparse_adam",
 }
 

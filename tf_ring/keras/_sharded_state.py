@@ -118,7 +118,7 @@ class ShardedState:
     # -- build ---------------------------------------------------------------
 
     def build(self, optimizer, base, variables):
-        """Plans the variables' shares and builds `base` (the user's class) on this rank's pieces."""
+        """Plans the variables' shares; builds `base` (the user's class) on this rank's pieces."""
         import keras
         self.variables = list(variables)
         self.rank, size = topology.rank(), topology.size()
@@ -185,7 +185,7 @@ class ShardedState:
         self._gather_into_model(by_index, issued)
 
     def _scatter_dense(self, by_index, mine, issued):
-        """{position in `mine`: reduced dense gradient of that piece}, one reduce-scatter per dtype."""
+        """{position in `mine`: that piece's reduced dense gradient}; a reduce-scatter per dtype."""
         s = self.reducer.settings
         out = {}
         for g, group in enumerate(self.plan.groups):
@@ -274,14 +274,14 @@ class ShardedState:
 
 
 def own_keys(optimizer):
-    """Ids of `optimizer`'s variables that differ per rank (its sharded slots); empty when unsharded."""
+    """Ids of `optimizer`'s variables that differ per rank (its sharded slots); empty unsharded."""
     settings = getattr(optimizer, "_tf_ring_settings", None)
     sharded = getattr(settings, "sharded", None)
     return set() if sharded is None else set(sharded.own_keys)
 
 
 def _carry_weight_decay_exclusions(optimizer, pieces, piece_vars, variables):
-    """exclude_from_weight_decay(var_list=...) names model variables: their pieces are excluded too."""
+    """exclude_from_weight_decay(var_list=...) names model variables: so are their pieces."""
     excluded = getattr(optimizer, "_exclude_from_weight_decay", None)
     if not excluded:
         return
