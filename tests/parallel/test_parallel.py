@@ -43,7 +43,7 @@ GROUPS = {
                       "process_sets_idle"], {}),
     "elastic": (["elastic_state", "elastic_data", "elastic_mirror"], {}),
     "keras": (["keras", "keras_mixed_precision", "keras_warmup_and_load", "keras_xla",
-               "sync_batch_norm", "compression", "keras_stop"], KERAS_ENV),
+               "sync_batch_norm", "compression", "keras_stop", "keras_sharded"], KERAS_ENV),
     "tf_keras": (["tf_keras", "tf_keras_mixed_precision", "tf_keras_warmup_and_load",
                   "tf_keras_xla", "sync_batch_norm_tf_keras", "elastic_tf_keras",
                   "compression_tf_keras", "tf_keras_stop"], KERAS_ENV),
@@ -76,8 +76,12 @@ THREE_RANKS = {
     # that is no power of two (under XLA too): neither happens on 2 ranks;
     # a stop on the last of three ranks, whose neighbours both go on.
     # Sparse gradients gathered from three ranks' rows follow plain Keras on
-    # the global batch (an uneven count of repeated rows per token).
-    "keras": "process_set or adasum or stop_inside or sparse_adam",
+    # the global batch (an uneven count of repeated rows per token). Sharded
+    # optimizer state: trajectories, shares and the broadcast with segments
+    # of three ranks (variables and an Embedding cut between them, a rank
+    # owning no dense rows); its refusals and other optimizers are glue.
+    "keras": ("process_set or adasum or stop_inside or sparse_adam or sharded_adam_follows "
+              "or sharded_state or sharded_broadcast"),
     "tf_keras": "process_set or adasum or sparse_adam",
 }
 

@@ -161,3 +161,23 @@ def test_collectives_of_eager_tensors_captured_by_a_tf_function():
     """)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OUT [[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [[3, 4]], [1.0, 2.0]]" in result.stdout
+
+
+def test_one_process_sharded_state_follows_plain_keras():
+    """DistributedOptimizer(shard_state=True) without the launcher: one rank
+    owns every row; the step (reduce-scatter, sparse rows, allgather) still
+    runs and ends where plain Keras does
+    (tests/parallel/ranks/mpi_keras_sharded.py runs on 2 and 3 ranks)."""
+    result = run_python("""
+        import sys
+        sys.path.insert(0, "tests/parallel/ranks")
+        import tf_ring as hvd
+        import mpi_keras_sharded as cases
+        hvd.init()
+        cases.test_sharded_adam_follows_plain_keras("embedding", "loop")
+        cases.test_sharded_adam_follows_plain_keras("mlp", "fit")
+        cases.test_sharded_state_is_this_ranks_share()
+        print("sharded trajectories match")
+    """, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sharded trajectories match" in result.stdout

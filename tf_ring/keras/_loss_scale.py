@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from tf_ring.collectives import ops
 from tf_ring.keras import _xla
+from tf_ring.keras._sharded_state import refuse_loss_scaling
 from tf_ring.runtime.process_set import global_process_set
 from tf_ring.training.gradient_reduction import kept_as_the_optimizer_gets_them
 
@@ -143,6 +144,8 @@ def install_keras3_hook():
     def apply(self, grads, trainable_variables=None):
         inner = self.inner_optimizer
         settings = getattr(inner, "_tf_ring_settings", None)
+        if settings is not None and settings.sharded is not None:
+            refuse_loss_scaling()
         if settings is None or (trainable_variables is None and not self.built):
             return original(self, grads, trainable_variables)
         _xla.raise_if_not_compilable(settings)

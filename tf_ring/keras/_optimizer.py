@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tf_ring.collectives import ops
 from tf_ring.collectives.compression import Compression
-from tf_ring.keras import _flavor, _powersgd, _xla
+from tf_ring.keras import _flavor, _powersgd, _sharded_state, _xla
 from tf_ring.keras._aggregation import LocalGradientAccumulator
 from tf_ring.keras._loss_scale import PreReduced, install_keras3_hook, tf_keras_aggregate
 from tf_ring.runtime.process_set import global_process_set
@@ -53,9 +53,12 @@ class _Settings:
         self.pre_reduced = PreReduced()
         self.applying = False
         self.powersgd = None  # this optimizer's own PowerSGD copy (_powersgd.attach)
+        self.sharded = None  # shard_state=True: a _sharded_state.ShardedState
 
 
 def _register_local_var(optimizer, var):
+    if optimizer._tf_ring_settings.sharded is not None:
+        _sharded_state.refuse_local_variables()
     optimizer._tf_ring_settings.reducer.register_local(var)
 
 
@@ -64,12 +67,28 @@ def _keras3_subclass(base):
         register_local_var = _register_local_var
 
         def build(self, variables):
+            if self._tf_ring_settings.sharded is not None:
+                return self._tf_ring_settings.sharded.build(self, base, variables)
             base.build(self, variables)
             _powersgd.build_state(self, variables)
+
+        def add_variable_from_reference(self, reference_variable, *args, **kwargs):
+            slot = base.add_variable_from_reference(self, reference_variable, *args, **kwargs)
+            if self._tf_ring_settings.sharded is not None:
+                self._tf_ring_settings.sharded.note_slot(reference_variable, slot)
+            return slot
+
+        def save_own_variables(self, store):
+            if self._tf_ring_settings.sharded is not None:
+                _sharded_state.refuse_saving(self._tf_ring_settings.sharded.rank,
+                                             self._tf_ring_settings.sharded.plan.size)
+            return base.save_own_variables(self, store)
 
         def apply(self, grads, trainable_variables=None):
             settings = self._tf_ring_settings
             _xla.raise_if_not_compilable(settings)
+            if settings.sharded is not None:
+                return settings.sharded.apply(self, base, grads, trainable_variables)
             if trainable_variables is None:
                 variables = self._trainable_variables
             else:
@@ -190,7 +209,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=ops.Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
-                         scale_local_gradients=True, process_set=global_process_set):
+                         scale_local_gradients=True, process_set=global_process_set,
+                         shard_state=False):
     """Returns a new optimizer of `optimizer`'s class, made from its config, that
     averages (op=Average) or sums (op=Sum) gradients over all ranks before applying them.
 
@@ -218,11 +238,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
       size); every member trains the model, other ranks must not step it.
     name, device_dense, device_sparse: accepted for Horovod code; the optimizer
       keeps its own name and config (CPU build).
+    shard_state: Keras 3 only. Each rank keeps the optimizer's state (Adam's
+      m and v, ...) for its 1/size share of the parameters, reduce-scatters
+      the gradients and allgathers the updated parameters (docs/sharded-state.md,
+      which lists what it does not support yet: those raise ValueError here).
     """
     del name, device_dense, device_sparse
+    if shard_state:
+        _sharded_state.check_can_shard(optimizer, op, compression, backward_passes_per_step,
+                                       process_set)
     settings = _Settings(op, compression, backward_passes_per_step, average_aggregated_gradients,
                          sparse_as_dense, gradient_predivide_factor, num_groups, groups,
                          scale_local_gradients, process_set)
+    if shard_state:
+        settings.sharded = _sharded_state.ShardedState(settings.reducer)
     cls = distributed_class(_base_class(optimizer))
     wrapped = cls.from_config(optimizer.get_config())
     wrapped._tf_ring_settings = settings

@@ -23,7 +23,10 @@ def lowering_built():
 def why_not_compilable(settings):
     """Why a train step with these optimizer settings cannot compile with XLA,
     or None when it can."""
-    del settings  # every option of DistributedOptimizer lowers (see the module docstring)
+    if getattr(settings, "sharded", None) is not None:
+        return ("shard_state=True has no XLA path yet (its step slices and reassembles "
+                "variables outside what this build compiles; docs/sharded-state.md)")
+    # every other option of DistributedOptimizer lowers (see the module docstring)
     if not lowering_built():
         return NO_LOWERING
     return None

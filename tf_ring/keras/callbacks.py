@@ -15,6 +15,7 @@ from tf_ring.training.gradient_reduction import variable_key
 from tf_ring.keras import _flavor, _stop_agreement, _xla
 from tf_ring.keras._broadcast import broadcast_variables
 from tf_ring.keras._checkpoint import BestModelCheckpoint  # noqa: F401 (exported here)
+from tf_ring.keras._sharded_state import own_keys
 from tf_ring.keras._learning_rate import MomentumCorrection, get_learning_rate, set_learning_rate
 from tf_ring.runtime.process_set import global_process_set
 
@@ -66,11 +67,16 @@ class BroadcastGlobalVariablesCallback(_TfRingCallback):
         return [v for v in variables if variable_key(v) not in self._local_keys]
 
     def _optimizer_variables(self):
+        """The optimizer's variables that every rank holds alike: with
+        shard_state=True each rank's slots are its own share, not broadcast
+        (the pieces they update take their rows from the broadcast weights)."""
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is None:
             return []
-        return list(optimizer.variables) if not callable(optimizer.variables) else list(
+        variables = list(optimizer.variables) if not callable(optimizer.variables) else list(
             optimizer.variables())
+        own = own_keys(optimizer)
+        return [v for v in variables if id(v) not in own]
 
     def on_train_begin(self, logs=None):
         if self._done:
