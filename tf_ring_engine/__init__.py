@@ -102,7 +102,7 @@ def gpu_built():
 
 STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_batches", "tensors", "bytes",
               "hierarchical_batches", "caller_finished", "shm_small_chunk_batches", "shm_single_copy_batches",
-              "shm_kept_on_cpu_batches", "in_place_tensors", "warm_outputs", "scratch_bytes")
+              "scratch_bytes")
 
 
 def stats():

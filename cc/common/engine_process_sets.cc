@@ -144,8 +144,7 @@ bool Engine::ProcessSetStats(int32_t id, int64_t out[kStatCount]) {
                                       s->cache_misses,  s->fused_batches, s->tensors,
                                       s->bytes,         s->hierarchical_batches, s->caller_finished,
                                       s->shm_small_chunk_batches, s->shm_single_copy_batches,
-                                      s->shm_kept_on_cpu_batches, s->in_place_tensors,
-                                      s->warm_outputs, s->scratch_bytes};
+                                      s->shm_kept_on_cpu_batches, s->scratch_bytes};
   for (int i = 0; i < kStatCount; ++i) out[i] = values[i];
   return true;
 }

@@ -30,12 +30,9 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   std::vector<TensorEntry> entries;
   entries.reserve(resp.names.size());
   size_t own = 0;  // entries this rank submitted (the rest stand in for a join)
-  int64_t in_place = 0, warm = 0;
   for (size_t t = 0; t < resp.names.size(); ++t) {
     TensorEntry e;
     if (queue->TakeEntry(resp.names[t], &e)) {
-      in_place += e.output != nullptr && e.output == e.input;
-      warm += e.warm_output;
       entries.push_back(std::move(e));
       ++own;
     } else if (resp.has_joined_ranks() && !resp.is_error()) {
@@ -80,8 +77,6 @@ void OperationManager::Execute(const Response& resp, TensorQueue* queue, EngineS
   for (auto& e : entries) bytes += e.NumBytes();
   stats->bytes += bytes;
   stats->tensors += static_cast<int64_t>(own);
-  stats->in_place_tensors += in_place;
-  stats->warm_outputs += warm;
   if (entries.size() > 1) stats->fused_batches++;
   if (!resp.is_error() && RunsHierarchical(Context(nullptr), resp.op)) stats->hierarchical_batches++;
   if (on_device) {

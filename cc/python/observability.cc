@@ -16,7 +16,7 @@ namespace {
 const char* const kStatNames[kStatCount] = {
     "cycles", "negotiations", "cache_hits", "cache_misses", "fused_batches",
     "tensors", "bytes", "hierarchical_batches", "caller_finished", "shm_small_chunk_batches",
-    "shm_single_copy_batches", "shm_kept_on_cpu_batches", "in_place_tensors", "warm_outputs",
+    "shm_single_copy_batches", "shm_kept_on_cpu_batches",
     "scratch_bytes"};
 
 // Counters of the global set (None), or of set `id`; None when there is no such set.

@@ -12,7 +12,6 @@
 #include "tensorflow/eager_completion.h"
 #include "tensorflow/loop_name.h"
 #include "tensorflow/tensor_adapter.h"
-#include "tensorflow/warm_outputs.h"
 
 namespace tf_ring {
 
@@ -23,7 +22,6 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
     // Set by the Python wrappers when run eagerly.
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
-    on_host_ = c->device_type() == ::tensorflow::DEVICE_CPU;
     // Without an explicit name, the graph node's name identifies the tensor:
     // identical graphs give identical names on every rank.
     if (tensor_name_.empty()) tensor_name_ = name();
@@ -31,9 +29,8 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
 
  protected:
   // Fills what every op shares (input 0) and hands the pair to the engine.
-  // `how`: where `output`'s memory came from (OutputFor), kFresh when null.
   void Submit(::tensorflow::OpKernelContext* ctx, DoneCallback done, OpType op,
-              ::tensorflow::Tensor* output, Request request, OutputMemory how = OutputMemory::kFresh) {
+              ::tensorflow::Tensor* output, Request request) {
     StageProbe::Stamp(kProbeSubmit);
     const ::tensorflow::Tensor& input = ctx->input(0);
     request.op = op;
@@ -44,7 +41,6 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
     std::optional<EagerCompletion> inline_wait;
     DoneCallback engine_done = eager_ ? WaitInlineIfSmall(ctx, input.TotalBytes(), done, &inline_wait) : done;
     TensorEntry entry = MakeEntry(ctx, request.name, op, output, std::move(engine_done));
-    entry.warm_output = how == OutputMemory::kWarm;
     entry.finish_on = FinishOn(ctx);
     request.device = entry.device;
     Status s = Engine::Get().Enqueue(std::move(entry), std::move(request), process_set_id_);
@@ -54,14 +50,6 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
       return;
     }
     if (inline_wait) inline_wait->WaitAndFinish();
-  }
-
-  // Output `index` of an op that writes input `index`'s shape back: the
-  // input's own buffer where TensorFlow allows it, else warm or fresh
-  // memory (warm_outputs.h).
-  absl::Status OutputFor(::tensorflow::OpKernelContext* ctx, int index, ::tensorflow::Tensor** output,
-                         OutputMemory* how) const {
-    return AllocateCollectiveOutput(ctx, index, index, on_host_, output, how);
   }
 
   // How a finished op reaches TensorFlow. Eagerly, a small op waits for its
@@ -82,7 +70,6 @@ class CollectiveKernel : public ::tensorflow::AsyncOpKernel {
   std::string tensor_name_;
   int process_set_id_ = 0;  // 0: the global set
   bool eager_ = false;
-  bool on_host_ = true;  // registered for the CPU device (not a CUDA build's GPU kernel)
 };
 
 // Reads the reduce_op / prescale_factor / postscale_factor attributes.

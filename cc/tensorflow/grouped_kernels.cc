@@ -60,8 +60,11 @@ class GroupedKernel : public CollectiveKernel {
     const std::string group_name = NameInLoop(tensor_name_, ctx);
     for (int i = 0; i < n; ++i) {
       tf::Tensor* output = nullptr;
-      OutputMemory how = OutputMemory::kFresh;
-      if (kOp == OpType::kAllreduce) OP_REQUIRES_OK_ASYNC(ctx, OutputFor(ctx, i, &output, &how), done);
+      if (kOp == OpType::kAllreduce) {
+        OP_REQUIRES_OK_ASYNC(
+            ctx, ctx->forward_input_or_allocate_output({i}, i, ctx->input(i).shape(), &output),
+            done);
+      }
       // Each member is its own tensor to the engine, named after the group.
       const std::string name = group_name + "." + std::to_string(i);
       const tf::Tensor& input = ctx->input(i);
@@ -76,7 +79,6 @@ class GroupedKernel : public CollectiveKernel {
       for (int d = 0; d < input.dims(); ++d) req.shape.push_back(input.dim_size(d));
       entries.push_back(MakeEntryForInput(ctx, i, name, kOp, output, finish_one));
       entries.back().finish_on = finish_on;
-      entries.back().warm_output = how == OutputMemory::kWarm;
       req.device = entries.back().device;
       requests.push_back(std::move(req));
     }

@@ -18,13 +18,13 @@ class AllreduceKernel : public CollectiveKernel {
 
   void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
     tf::Tensor* output = nullptr;
-    OutputMemory how;
-    OP_REQUIRES_OK_ASYNC(ctx, OutputFor(ctx, 0, &output, &how), done);
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({0}, 0, ctx->input(0).shape(), &output),
+                         done);
     Request req;
     req.reduce_op = reduce_op_;
     req.prescale = prescale_;
     req.postscale = postscale_;
-    Submit(ctx, done, OpType::kAllreduce, output, std::move(req), how);
+    Submit(ctx, done, OpType::kAllreduce, output, std::move(req));
   }
 
  private:
@@ -54,11 +54,11 @@ class BroadcastKernel : public CollectiveKernel {
 
   void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
     tf::Tensor* output = nullptr;
-    OutputMemory how;
-    OP_REQUIRES_OK_ASYNC(ctx, OutputFor(ctx, 0, &output, &how), done);
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({0}, 0, ctx->input(0).shape(), &output),
+                         done);
     Request req;
     req.root_rank = root_rank_;
-    Submit(ctx, done, OpType::kBroadcast, output, std::move(req), how);
+    Submit(ctx, done, OpType::kBroadcast, output, std::move(req));
   }
 
  private:

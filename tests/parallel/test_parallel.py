@@ -33,7 +33,7 @@ KERAS_ENV = {"TF_RING_STALL_CHECK_TIME_SECONDS": "5", "TF_RING_STALL_SHUTDOWN_TI
 GROUPS = {
     "collectives": (["collectives", "grouped_and_objects", "grouped_exchange", "exchange",
                      "broadcast_inplace", "adasum", "horovod_args", "mismatch_errors",
-                     "collective_limits", "runtime_ops", "loops", "out_of_step", "output_memory"], {}),
+                     "collective_limits", "runtime_ops", "loops", "out_of_step"], {}),
     "engine": (["cache_fusion", "shm_single_copy", "shm_staged", "shm_small", "shm_chunk_choice",
                 "shm_cpu_home",
                 "autotune", "timeline", "eager_threads",

@@ -112,8 +112,7 @@ def mpi_threads_supported():
 
 STAT_NAMES = ("cycles", "negotiations", "cache_hits", "cache_misses", "fused_batches", "tensors",
               "bytes", "hierarchical_batches", "caller_finished", "shm_small_chunk_batches",
-              "shm_single_copy_batches", "shm_kept_on_cpu_batches", "in_place_tensors", "warm_outputs",
-              "scratch_bytes")
+              "shm_single_copy_batches", "shm_kept_on_cpu_batches", "scratch_bytes")
 
 
 def stats(process_set=None):

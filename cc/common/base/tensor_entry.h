@@ -33,9 +33,6 @@ struct TensorEntry {
   void* output = nullptr;
   // Output `index` with `shape`; returns its buffer through `data`.
   std::function<Status(int index, const std::vector<int64_t>& shape, void** data)> allocate_output;
-  // The framework served `output` from memory it keeps warm between calls
-  // (counted in stats: warm_outputs).
-  bool warm_output = false;
   // Called exactly once when the collective is over: from the engine thread,
   // or for GPU tensors from the thread that watches the device.
   std::function<void(const Status&)> done;

@@ -17,7 +17,6 @@
 #include "common/collectives/shm/shm_allreduce.h"
 #include "common/transport/shm_segment.h"
 #include "common/base/tensor_entry.h"
-#include "common/base/warm_memory.h"
 
 namespace tf_ring {
 
@@ -26,37 +25,29 @@ namespace tf_ring {
 // its bound, so one large collective does not hold memory until shutdown.
 class ScratchBuffer {
  public:
-  ScratchBuffer() = default;
-  ScratchBuffer(const ScratchBuffer&) = delete;
-  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
-  ~ScratchBuffer() { Release(); }
   // Null when the memory cannot be had: the caller then agrees the failure
-  // with the other ranks (AgreeToProceed) instead of leaving alone. The
-  // memory is kept between collectives (warm_memory.h: on huge pages where
-  // the kernel grants them), so steady training faults it in once.
+  // with the other ranks (AgreeToProceed) instead of leaving alone.
   char* Get(size_t bytes) {
     if (bytes == 0) bytes = 1;
     if (bytes_ < bytes) {
-      Release();  // free first: the old contents are never needed
-      const size_t mapped = WarmMappedBytes(bytes);
-      data_ = static_cast<char*>(MapWarm(mapped));
+      data_.reset();  // free first: the old contents are never needed
+      bytes_ = 0;
+      data_.reset(new (std::nothrow) char[bytes]);
       if (!data_) return nullptr;
-      bytes_ = mapped;
+      bytes_ = bytes;
     }
-    return data_;
+    return data_.get();
   }
   void Trim(size_t bound) {
-    if (bytes_ > bound) Release();
+    if (bytes_ > bound) {
+      data_.reset();
+      bytes_ = 0;
+    }
   }
   size_t capacity() const { return bytes_; }
 
  private:
-  void Release() {
-    UnmapWarm(data_, bytes_);
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-  char* data_ = nullptr;
+  std::unique_ptr<char[]> data_;
   size_t bytes_ = 0;
 };
 

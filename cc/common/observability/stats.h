@@ -9,7 +9,7 @@
 namespace tf_ring {
 
 // How many values tf_ring_stats() reports (the fields below, in order).
-constexpr int kStatCount = 15;
+constexpr int kStatCount = 13;
 
 struct EngineStats {
   std::atomic<int64_t> cycles{0};
@@ -32,12 +32,6 @@ struct EngineStats {
   // Shared-memory allreduces larger than one area whose engine thread kept
   // to a CPU of its own while it ran (transport/cpu_placement.h).
   std::atomic<int64_t> shm_kept_on_cpu_batches{0};
-  // Tensors whose output was their input's own buffer (the framework let
-  // the collective reduce in place: nobody else held the input).
-  std::atomic<int64_t> in_place_tensors{0};
-  // Outputs the framework adapter served from memory it keeps warm between
-  // calls (cc/tensorflow/warm_outputs.h) instead of a fresh allocation.
-  std::atomic<int64_t> warm_outputs{0};
   // Not a counter: the collectives' scratch memory held now (reset leaves it).
   std::atomic<int64_t> scratch_bytes{0};
 };
@@ -46,8 +40,7 @@ struct EngineStats {
 inline void ResetCounters(EngineStats* s) {
   for (auto* c : {&s->cycles, &s->negotiations, &s->cache_hits, &s->cache_misses, &s->fused_batches,
                   &s->tensors, &s->bytes, &s->hierarchical_batches, &s->caller_finished,
-                  &s->shm_small_chunk_batches, &s->shm_single_copy_batches, &s->shm_kept_on_cpu_batches,
-                  &s->in_place_tensors, &s->warm_outputs}) {
+                  &s->shm_small_chunk_batches, &s->shm_single_copy_batches, &s->shm_kept_on_cpu_batches}) {
     c->store(0);
   }
 }

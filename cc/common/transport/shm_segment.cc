@@ -110,9 +110,7 @@ Status ShmSegment::Map(MPI_Comm local_comm, size_t bytes) {
     if (fd < 0) error = std::string("shm_open: ") + std::strerror(errno);
   }
   if (fd >= 0 && error.empty()) {
-    // MAP_POPULATE: the areas are mapped into this process now, at init, not
-    // page by page inside the first large allreduce.
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       error = std::string("mmap: ") + std::strerror(errno);
     } else {
